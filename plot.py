@@ -1,0 +1,373 @@
+"""
+Plot GRPO training curves from run folders.
+
+Reads only `runs/<name>/metrics.jsonl` (one JSON object per step, as written by
+train.py) and imports nothing from the training code, so it works on a run that is
+still being written, or on runs copied from another machine.
+
+    python plot.py runs/A                   # plot_basic.png, plot_advanced.png,
+                                            # plot_clip.png, plot_kl.png in runs/A/
+    python plot.py runs/A runs/B            # overlay runs, legend = folder name
+    python plot.py runs/A --panels basic --out figs/basic.png
+    python plot.py runs/A runs/B --metrics reward,entropy,eval_acc --out cmp.png
+    python plot.py runs/A --smooth 0.1      # lighter smoothing
+
+Panel groups (`--panels`, default all four; `kl` is skipped when no run logged kl):
+    basic     loss, reward, response length, eval accuracy (the chapter's 2x2 figure)
+    advanced  reward, advantage mean, advantage std, entropy
+    clip      clip fraction (low/high side, or total) and the ratio mean with its
+              min..max band
+    kl        KL to the reference policy
+`--metrics a,b,c` instead draws one figure with one subplot per named key.
+
+Every line series is drawn twice: the raw values faint, and a trailing moving average
+on top. The window at the i-th point (0-based) is the last w_i = max(1, floor(s*(i+1)))
+points, s = --smooth (default 0.25): the mean of the trailing 25% of the points so far.
+Trailing, not centred, and growing with the run, so the smoothed value at a step never
+changes when later steps arrive: re-plotting a live run does not rewrite its past.
+Keys starting with `eval_` (eval_acc, eval_format; fractions in [0, 1]) are logged
+only on evaluation steps and are drawn as bars, side by side when several runs share
+a step.
+
+Missing keys and null values are skipped (a subplot with nothing to show says
+"no data"); a corrupt or half-written line in metrics.jsonl is skipped with a warning
+that names the file and line. A missing run folder or metrics file is an error
+(one line on stderr, exit code 2).
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+
+DPI = 100
+
+# ----------------------------------------------------------------------------------
+# panel groups: name -> list of subplots; a subplot is a (title, kind, keys) tuple.
+# kind "line": each key is a series; "bars": eval-style bars; "clip": low/high split
+# or total; "ratio": mean with a min..max band.
+
+PANELS = {
+    "basic": [
+        ("loss", "line", ["loss"]),
+        ("reward", "line", ["reward"]),
+        ("response length (tokens)", "line", ["resp_len"]),
+        ("eval accuracy", "bars", ["eval_acc"]),
+    ],
+    "advanced": [
+        ("reward", "line", ["reward"]),
+        ("advantage mean", "line", ["adv_mean"]),
+        ("advantage std", "line", ["adv_std"]),
+        ("entropy (per token)", "line", ["entropy"]),
+    ],
+    "clip": [
+        ("clip fraction", "clip", ["clip_frac_low", "clip_frac_high", "clip_frac"]),
+        ("ratio pi/pi_old: mean, min..max", "ratio", ["ratio_mean", "ratio_min", "ratio_max"]),
+    ],
+    "kl": [
+        ("KL to reference", "line", ["kl"]),
+    ],
+}
+FIGSIZE = {1: (6, 3.6), 2: (10, 3.6), 4: (9, 6.5)}  # inches, by number of subplots
+
+# ----------------------------------------------------------------------------------
+# reading run folders
+
+
+class RunError(Exception):
+    pass
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def read_metrics(path):
+    """List of dicts, one per valid line; bad lines are skipped with a warning."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.read().split("\n")
+    # a file that ends in "\n" leaves one empty string after the last line
+    complete = lines[-1] == ""
+    records = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict) or not is_number(rec.get("step")):
+                raise ValueError("not a JSON object with a numeric 'step'")
+        except ValueError as e:  # json.JSONDecodeError is a ValueError
+            half_written = lineno == len(lines) and not complete
+            what = "incomplete last line (run still writing?)" if half_written else "corrupt line"
+            print(f"warning: {path}:{lineno}: skipped {what}: {e}", file=sys.stderr)
+            continue
+        records.append(rec)
+    return records
+
+
+def load_run(folder):
+    """(name, records) for one run folder; RunError with a one-line message if absent."""
+    folder = os.path.normpath(folder)
+    if not os.path.isdir(folder):
+        raise RunError(f"run folder not found: {folder}")
+    path = os.path.join(folder, "metrics.jsonl")
+    if not os.path.isfile(path):
+        raise RunError(f"no metrics.jsonl in run folder {folder}")
+    records = read_metrics(path)
+    if not records:
+        print(f"warning: {path}: no valid records", file=sys.stderr)
+    return os.path.basename(os.path.abspath(folder)), records
+
+
+def series(records, key):
+    """(steps, values) as float arrays, over the records where `key` is a finite number."""
+    pts = [(r["step"], r[key]) for r in records if is_number(r.get(key))]
+    steps = np.array([p[0] for p in pts], dtype=float)  # (N,)
+    values = np.array([p[1] for p in pts], dtype=float)  # (N,)
+    return steps, values
+
+
+def has_data(runs, key):
+    return any(len(series(recs, key)[0]) > 0 for _, recs in runs)
+
+
+# ----------------------------------------------------------------------------------
+# smoothing
+
+
+def trailing_window(n, frac):
+    """Window length at each of n points: w_i = max(1, floor(frac * (i + 1)))."""
+    i = np.arange(n)  # (n,)
+    # + 1e-9: in floats 0.29 * 100 = 28.999999999999996, which must still floor to 29
+    return np.maximum(1, np.floor(frac * (i + 1) + 1e-9).astype(int))  # (n,)
+
+
+def moving_average(values, frac=0.25):
+    """Trailing mean of the last w_i values at each point i (see trailing_window)."""
+    x = np.asarray(values, dtype=float)  # (n,)
+    w = trailing_window(len(x), frac)  # (n,)
+    c = np.concatenate([[0.0], np.cumsum(x)])  # (n+1,) c[k] = sum of x[:k]
+    end = np.arange(1, len(x) + 1)  # (n,) one past the last value in each window
+    return (c[end] - c[end - w]) / w  # (n,)
+
+
+# ----------------------------------------------------------------------------------
+# drawing one subplot
+
+
+def color(i):
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return cycle[i % len(cycle)]
+
+
+def draw_line(ax, steps, values, c, label, frac, ls="-"):
+    ax.plot(steps, values, color=c, alpha=0.25, lw=0.8, ls=ls)  # raw, no legend entry
+    ax.plot(steps, moving_average(values, frac), color=c, lw=1.6, ls=ls, label=label)
+
+
+def draw_run(ax, i, name, recs, keys, frac):
+    """Each key of run i as raw + smoothed; colour = run, line style = key."""
+    drawn = False
+    for key, ls in zip(keys, ["-", "--", ":"]):
+        steps, values = series(recs, key)
+        if len(steps):
+            label = name if len(keys) == 1 else f"{name} {key}"
+            draw_line(ax, steps, values, color(i), label, frac, ls)
+            drawn = True
+    return drawn
+
+
+def draw_lines(ax, runs, keys, frac):
+    drawn = [draw_run(ax, i, name, recs, keys, frac) for i, (name, recs) in enumerate(runs)]
+    return any(drawn)
+
+
+def draw_clip(ax, runs, keys, frac):
+    """Low/high clip fractions where a run logged them, else its total clip_frac."""
+    low, high, total = keys
+    drawn = []
+    for i, (name, recs) in enumerate(runs):
+        split = [k for k in (low, high) if len(series(recs, k)[0])]
+        drawn.append(draw_run(ax, i, name, recs, split or [total], frac))
+    return any(drawn)
+
+
+def draw_ratio(ax, runs, keys, frac):
+    """Smoothed ratio mean on top of its raw values, and a faint smoothed min..max band."""
+    mean, lo, hi = keys
+    drawn = False
+    for i, (name, recs) in enumerate(runs):
+        c = color(i)
+        both = [r for r in recs if is_number(r.get(lo)) and is_number(r.get(hi))]
+        if both:
+            steps = np.array([r["step"] for r in both], dtype=float)  # (N,)
+            lo_s = moving_average([r[lo] for r in both], frac)  # (N,)
+            hi_s = moving_average([r[hi] for r in both], frac)  # (N,)
+            ax.fill_between(steps, lo_s, hi_s, color=c, alpha=0.15, lw=0)
+            drawn = True
+        steps, values = series(recs, mean)
+        if len(steps):
+            draw_line(ax, steps, values, c, name, frac)
+            drawn = True
+    if drawn:
+        ax.axhline(1.0, color="grey", lw=0.6, ls=":")
+    return drawn
+
+
+def bar_width(all_steps, n_runs):
+    """Bars of all runs at one step share 80% of the smallest gap between a run's evals."""
+    gaps = [np.diff(np.unique(s)).min() for s in all_steps if len(np.unique(s)) > 1]
+    gap = min(gaps) if gaps else 1.0
+    return 0.8 * gap / n_runs
+
+
+def draw_bars(ax, runs, key):
+    """Eval metrics as bars at their steps; several runs side by side, centred on the step."""
+    found = [(i, name, *series(recs, key)) for i, (name, recs) in enumerate(runs)]
+    found = [f for f in found if len(f[2])]
+    if not found:
+        return False
+    width = bar_width([f[2] for f in found], len(found))
+    for j, (i, name, steps, values) in enumerate(found):
+        offset = (j - (len(found) - 1) / 2) * width
+        ax.bar(steps + offset, values, width=width, color=color(i), alpha=0.85, label=name)
+    if key.startswith("eval_") and all(0 <= v <= 1 for f in found for v in f[3]):
+        ax.set_ylim(0, 1.05)  # fractions: keep the scale fixed so runs compare by eye
+    return True
+
+
+def draw_subplot(ax, runs, title, kind, keys, frac):
+    """One panel; with several runs always a legend, so a lone curve says whose it is."""
+    if kind == "bars":
+        drawn = draw_bars(ax, runs, keys[0])
+    elif kind == "clip":
+        drawn = draw_clip(ax, runs, keys, frac)
+    elif kind == "ratio":
+        drawn = draw_ratio(ax, runs, keys, frac)
+    else:
+        drawn = draw_lines(ax, runs, keys, frac)
+    ax.set_title(title, fontsize=11)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    if not drawn:
+        ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center",
+                color="grey", fontsize=12)
+    elif len(runs) > 1 or len(ax.get_legend_handles_labels()[1]) > 1:
+        ax.legend(fontsize=8)
+
+
+# ----------------------------------------------------------------------------------
+# figures
+
+
+def make_figure(runs, subplots, frac, suptitle, path):
+    """Draw the (title, kind, keys) subplots on a grid and save a PNG at `path`."""
+    n = len(subplots)
+    ncols = 1 if n == 1 else 2 if n <= 4 else 3
+    nrows = math.ceil(n / ncols)
+    figsize = FIGSIZE.get(n, (4.5 * ncols, 3.2 * nrows))
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False)
+    for ax, (title, kind, keys) in zip(axes.flat, subplots):
+        draw_subplot(ax, runs, title, kind, keys, frac)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    fig.suptitle(suptitle, fontsize=12)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def metric_subplots(names):
+    """--metrics: one subplot per key; eval_* keys are per-eval-step fractions, as bars."""
+    return [(k, "bars" if k.startswith("eval_") else "line", [k]) for k in names]
+
+
+def output_paths(groups, out, first_run):
+    """Group name -> PNG path: <first run>/plot_<g>.png, or X.png / X_<g>.png for --out X."""
+    if out is None:
+        return {g: os.path.join(first_run, f"plot_{g}.png") for g in groups}
+    stem, ext = os.path.splitext(out)
+    ext = ext or ".png"
+    if len(groups) == 1:
+        return {groups[0]: stem + ext}
+    return {g: f"{stem}_{g}{ext}" for g in groups}
+
+
+def split_list(s):
+    return [x.strip() for x in s.split(",") if x.strip()]
+
+
+def main(args):
+    """Write the PNGs; returns their paths. Exits with code 2 on a missing run or metrics file."""
+    try:
+        runs = [load_run(r) for r in args.runs]
+    except (RunError, OSError) as e:
+        print(f"plot.py: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    title = ", ".join(name for name, _ in runs)
+    if args.metrics:
+        names = split_list(args.metrics)
+        groups = {"metrics": metric_subplots(names)}
+    else:
+        chosen = split_list(args.panels)
+        # kl only exists when a KL penalty was used: skip it unless asked for by name
+        if args.panels == "all" or not chosen:
+            chosen = [g for g in PANELS if g != "kl" or has_data(runs, "kl")]
+        groups = {g: PANELS[g] for g in chosen}
+    paths = output_paths(list(groups), args.out, args.runs[0])
+    written = []
+    for g, subplots in groups.items():
+        written.append(make_figure(runs, subplots, args.smooth, f"{g}: {title}", paths[g]))
+        print(paths[g])
+    return written
+
+
+def parse_panels(s):
+    if s == "all":
+        return s
+    bad = [g for g in split_list(s) if g not in PANELS]
+    if bad:
+        choices = ", ".join(PANELS)
+        raise argparse.ArgumentTypeError(f"unknown panel {bad[0]!r}; choose from {choices}")
+    return s
+
+
+def parse_smooth(s):
+    v = float(s)
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError("must be in [0, 1] (fraction of points so far)")
+    return v
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        description="Plot GRPO training curves from run folders (runs/<name>/metrics.jsonl).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="run folder(s) holding metrics.jsonl; several are overlaid")
+    p.add_argument("--panels", type=parse_panels, default="all",
+                   help=f"comma-separated panel groups from {','.join(PANELS)}, or 'all' "
+                        "(kl is skipped when no run logged kl)")
+    p.add_argument("--metrics", default=None,
+                   help="comma-separated metric keys, one subplot each, in one figure "
+                        "(e.g. reward,entropy,eval_acc); overrides --panels")
+    p.add_argument("--out", default=None,
+                   help="output PNG; with several panel groups X.png becomes X_<group>.png; "
+                        "None writes <first RUN>/plot_<group>.png")
+    p.add_argument("--smooth", type=parse_smooth, default=0.25,
+                   help="moving-average window as a fraction of the points so far "
+                        "(trailing; 0 = raw values only)")
+    return p
+
+
+if __name__ == "__main__":
+    main(build_parser().parse_args())

@@ -1,0 +1,214 @@
+"""
+Tests for plot.py: smoothing on hand-computed cases, and the CLI on synthetic run
+folders (corrupt lines, several runs, missing metrics, missing folders).
+
+    python -m pytest tests/test_plot.py -q
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import plot  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(folder, n=12, keys=("loss", "reward", "resp_len", "adv_mean", "adv_std",
+                                  "entropy", "clip_frac", "ratio_mean", "ratio_min",
+                                  "ratio_max"), eval_every=4, tail=""):
+    """A run folder with n steps of the given keys, eval_acc every eval_every steps,
+    an eval-only step 0 record, and `tail` appended raw to metrics.jsonl."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"lr": 1e-4}))
+    lines = [json.dumps({"step": 0, "time": 0.0, "eval_acc": 0.1, "eval_format": 0.3})]
+    rng = np.random.default_rng(0)
+    for s in range(1, n + 1):
+        rec = {"step": s, "time": 2.0 * s}
+        rec.update({k: float(rng.random()) for k in keys})
+        if s % eval_every == 0:
+            rec["eval_acc"] = s / n
+        lines.append(json.dumps(rec))
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n" + tail)
+    return folder
+
+
+def assert_png(path):
+    data = Path(path).read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert len(data) > 5000  # an empty 100-dpi figure is already bigger than a stub
+
+
+def run_main(argv):
+    return plot.main(plot.build_parser().parse_args([str(a) for a in argv]))
+
+
+# ----------------------------------------------------------------------------------
+# smoothing
+
+
+def test_moving_average_hand_computed():
+    # frac 0.5: windows max(1, floor(0.5 * (i+1))) = 1,1,1,2,2,3,3,4
+    x = [2, 4, 6, 8, 10, 12, 14, 16]
+    assert plot.trailing_window(8, 0.5).tolist() == [1, 1, 1, 2, 2, 3, 3, 4]
+    want = [2, 4, 6, (6 + 8) / 2, (8 + 10) / 2, (8 + 10 + 12) / 3, (10 + 12 + 14) / 3,
+            (10 + 12 + 14 + 16) / 4]
+    np.testing.assert_allclose(plot.moving_average(x, 0.5), want)
+    # default 25%: only the 8th point averages two values
+    np.testing.assert_allclose(plot.moving_average([1, 2, 3, 4, 5, 6, 7, 8]),
+                               [1, 2, 3, 4, 5, 6, 7, 7.5])
+    # frac 0 and frac 1: raw values, and the running mean of everything so far
+    np.testing.assert_allclose(plot.moving_average(x, 0.0), x)
+    np.testing.assert_allclose(plot.moving_average(x, 1.0), np.cumsum(x) / np.arange(1, 9))
+
+
+def test_window_floor_is_not_fooled_by_float_error():
+    assert plot.trailing_window(30, 0.1)[[28, 29]].tolist() == [2, 3]
+    assert plot.trailing_window(100, 0.29)[99] == 29  # 0.29 * 100 = 28.999999999999996 in floats
+    assert plot.trailing_window(100, 0.58)[[48, 49]].tolist() == [28, 29]  # 0.58 * 50 = 28.999...
+
+
+def test_moving_average_is_trailing_and_matches_loop():
+    x = np.random.default_rng(1).normal(size=37)
+    full = plot.moving_average(x, 0.25)
+    loop = [x[i + 1 - max(1, int(0.25 * (i + 1))): i + 1].mean() for i in range(37)]
+    np.testing.assert_allclose(full, loop, rtol=1e-12)
+    # later points never change the smoothed past (re-plotting a live run is stable)
+    np.testing.assert_allclose(plot.moving_average(x[:20], 0.25), full[:20], rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------------
+# reading metrics.jsonl
+
+
+def test_corrupt_lines_are_skipped_with_warning(tmp_path, capsys):
+    run = write_run(tmp_path / "A", n=12, tail='{"step": 13, "loss": 0.')
+    path = run / "metrics.jsonl"
+    lines = path.read_text().split("\n")
+    lines[5] = '{"step": 5, "loss": oops}'  # corrupt line in the middle (line 6)
+    path.write_text("\n".join(lines))
+
+    recs = plot.read_metrics(path)
+    err = capsys.readouterr().err
+    assert [r["step"] for r in recs] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12]
+    assert f"{path}:6: skipped corrupt line" in err
+    assert f"{path}:14: skipped incomplete last line" in err
+
+    written = run_main([run, "--panels", "basic"])
+    assert written == [str(run / "plot_basic.png")]
+    assert_png(written[0])
+    assert f"{path}:14:" in capsys.readouterr().err
+
+
+def test_null_and_nonnumeric_values_are_skipped(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 1, "loss": null}\n{"step": 2, "loss": 0.5}\n'
+        '{"step": 3, "loss": "nan?"}\n{"step": 4, "loss": NaN}\n{"step": 5, "loss": true}\n')
+    steps, values = plot.series(plot.read_metrics(tmp_path / "metrics.jsonl"), "loss")
+    assert steps.tolist() == [2.0] and values.tolist() == [0.5]
+
+
+# ----------------------------------------------------------------------------------
+# figures
+
+
+def test_two_runs_overlaid(tmp_path):
+    a = write_run(tmp_path / "runs" / "A")
+    b = write_run(tmp_path / "runs" / "B", n=20, eval_every=5)
+    out = tmp_path / "figs" / "cmp.png"
+    written = run_main([a, b, "--panels", "basic", "--out", out])
+    assert written == [str(out)]  # one group + --out: exactly that file
+    assert_png(out)
+
+    # the legend names the run folders, one line (or bar set) per run
+    runs = [plot.load_run(a), plot.load_run(b)]
+    fig, ax = plt.subplots()
+    plot.draw_subplot(ax, runs, "reward", "line", ["reward"], 0.25)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["A", "B"]
+    plt.close(fig)
+    # a key only one run logged still gets a legend, so the lone curve says whose it is
+    fig, ax = plt.subplots()
+    only_a = [("A", [{"step": 1, "kl": 0.1}, {"step": 2, "kl": 0.2}]), ("B", [{"step": 1}])]
+    plot.draw_subplot(ax, only_a, "kl", "line", ["kl"], 0.25)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["A"]
+    plt.close(fig)
+
+
+def test_eval_bars_side_by_side(tmp_path):
+    runs = [("A", [{"step": 0, "eval_acc": 0.2}, {"step": 10, "eval_acc": 0.4}]),
+            ("B", [{"step": 0, "eval_acc": 0.3}, {"step": 10, "eval_acc": 0.5}])]
+    fig, ax = plt.subplots()
+    assert plot.draw_bars(ax, runs, "eval_acc")
+    bars = sorted((p.get_x(), p.get_x() + p.get_width(), p.get_height()) for p in ax.patches)
+    assert len(bars) == 4
+    for (l0, r0, _), (l1, _, _) in zip(bars, bars[1:]):
+        assert r0 <= l1 + 1e-9  # no overlap
+    # each step's pair is centred on the step, A left of B
+    assert bars[0][1] == pytest.approx(0.0) and bars[2][1] == pytest.approx(10.0)
+    assert [h for _, _, h in bars] == [0.2, 0.3, 0.4, 0.5]
+    plt.close(fig)
+
+
+def test_run_lacking_metrics_still_plots(tmp_path, capsys):
+    run = write_run(tmp_path / "A", keys=("loss", "reward"), eval_every=1000)
+    written = run_main([run])
+    names = sorted(Path(p).name for p in written)
+    assert names == ["plot_advanced.png", "plot_basic.png", "plot_clip.png"]  # no kl data
+    for p in written:
+        assert_png(p)
+    assert capsys.readouterr().out.split() == written
+
+    # absent keys leave a 'no data' note; eval_acc of step 0 alone is still a bar
+    runs = [plot.load_run(run)]
+    fig, axes = plt.subplots(1, 2)
+    plot.draw_subplot(axes[0], runs, "entropy", "line", ["entropy"], 0.25)
+    plot.draw_subplot(axes[1], runs, "eval", "bars", ["eval_acc"], 0.25)
+    assert [t.get_text() for t in axes[0].texts] == ["no data"]
+    assert len(axes[1].texts) == 0 and len(axes[1].patches) == 1
+    plt.close(fig)
+
+
+def test_metrics_flag_and_out_names(tmp_path):
+    run = write_run(tmp_path / "A")
+    out = tmp_path / "m.png"
+    assert run_main([run, "--metrics", "reward,eval_acc,missing", "--out", out]) == [str(out)]
+    assert_png(out)
+    paths = plot.output_paths(["basic", "clip"], "figs/x.png", "runs/A")
+    assert paths == {"basic": "figs/x_basic.png", "clip": "figs/x_clip.png"}
+    assert plot.output_paths(["kl"], None, "runs/A") == {"kl": "runs/A/plot_kl.png"}
+
+
+# ----------------------------------------------------------------------------------
+# command line errors
+
+
+def test_missing_folder_exits_2_without_traceback(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "plot.py"), str(tmp_path / "nope")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip() == f"plot.py: error: run folder not found: {tmp_path / 'nope'}"
+
+
+def test_missing_metrics_file_exits_2(tmp_path, capsys):
+    (tmp_path / "A").mkdir()
+    with pytest.raises(SystemExit) as e:
+        run_main([tmp_path / "A"])
+    assert e.value.code == 2
+    assert "no metrics.jsonl" in capsys.readouterr().err
+    assert not (tmp_path / "A" / "plot_basic.png").exists()
+
+
+def test_help():
+    r = subprocess.run([sys.executable, str(ROOT / "plot.py"), "--help"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    for flag in ("--panels", "--metrics", "--out", "--smooth"):
+        assert flag in r.stdout
