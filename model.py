@@ -1,0 +1,224 @@
+"""A small handwritten GPT: pre-LN blocks, causal attention, KV cache, batched sampling.
+
+- `GPT.forward(idx, mask)` returns logits, or the final hidden states (`hidden=True`) for
+  the fused LM-head kernel. `mask` marks real tokens; padding may sit on either side.
+- `generate(...)` prefills prompts of different lengths (left-padded, the padding masked
+  out of attention and positions), then decodes one token per step from a KV cache,
+  sampling with temperature / top-k / top-p from a `torch.Generator` (or greedily),
+  and stops each row at `<|endoftext|>` on its own.
+- `save_checkpoint` / `load_checkpoint`: weights + model config + tokenizer spec + task
+  spec in one file, checked on load with one-line errors.
+
+Positions are learned embeddings indexed by each row's own position (`cumsum(mask) - 1`),
+so a left-padded prompt is seen exactly as the same prompt without padding.
+
+    python bench/bench_sampling.py     # sampling and training speed
+"""
+import math
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 287
+    max_seq_len: int = 96
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 128
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x, allowed, cache=None, start=0):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
+        if cache is not None:  # write this step's keys/values, attend to everything so far
+            cache[0][:, :, start:start + T] = k
+            cache[1][:, :, start:start + T] = v
+            k, v = cache[0][:, :, :start + T], cache[1][:, :, :start + T]  # (B, H, S, hd)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, H, T, hd)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.attn = Attention(cfg)
+        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=False), nn.GELU(),
+                                 nn.Linear(4 * cfg.d_model, cfg.d_model, bias=False))
+
+    def forward(self, x, allowed, cache=None, start=0):
+        x = x + self.attn(self.ln1(x), allowed, cache, start)  # pre-LN: normalise, then add
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.max_seq_len, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.apply(self._init)
+        for name, p in self.named_parameters():  # GPT-2: scale residual projections by depth
+            if name.endswith(("proj.weight", "mlp.2.weight")):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+
+    @property
+    def lm_head_weight(self):
+        return self.wte.weight  # tied: the output layer is the input embedding, (V, d)
+
+    def forward(self, idx, mask=None, hidden=False, cache=None, start=0, positions=None, allowed=None):
+        """idx (B, T) -> logits (B, T, V), or final hidden states (B, T, d) if hidden.
+
+        mask (B, T) marks real tokens (default: all). With a KV cache, `start` is where
+        these T tokens go in the cache, and `positions` / `allowed` come from `generate`.
+        """
+        B, T = idx.shape
+        if cache is None:
+            mask = torch.ones_like(idx, dtype=torch.bool) if mask is None else mask
+            positions = (mask.long().cumsum(1) - 1).clamp(min=0)  # (B, T) each row's own positions
+            allowed = attention_mask(mask, 0, T)
+        x = self.wte(idx) + self.wpe(positions)  # (B, T, d)
+        for i, block in enumerate(self.blocks):
+            x = block(x, allowed, None if cache is None else cache[i], start)
+        x = self.ln_f(x)
+        return x if hidden else x @ self.lm_head_weight.t()  # (B, T, d) or (B, T, V)
+
+
+def attention_mask(key_mask, start, T):
+    """(B, 1, T, S) bool: query start+i may see key j <= start+i that is a real token.
+
+    A query always sees itself, so a padding position has one key and no NaN rows.
+    """
+    S = key_mask.shape[1]
+    q = torch.arange(start, start + T, device=key_mask.device)[:, None]  # (T, 1)
+    k = torch.arange(S, device=key_mask.device)[None, :]  # (1, S)
+    allowed = (k <= q) & key_mask[:, None, :] | (k == q)  # (B, T, S)
+    return allowed[:, None]
+
+
+def filter_logits(logits, top_k=0, top_p=1.0):
+    """Top-k then nucleus (top-p) filtering: removed entries become -inf. logits (B, V)."""
+    if top_k > 0:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the smallest set reaching top_p
+        logits = logits.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    return logits
+
+
+@torch.no_grad()
+def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, top_p=1.0,
+             generator=None, greedy=False, use_cache=True):
+    """Sample completions for a batch of prompts (lists of token ids) of any lengths.
+
+    Returns a dict of (B, P + N) tensors, prompts left-padded to P, completions of at most
+    N = max_new_tokens right-padded: tokens, mask (real tokens), completion_mask
+    (generated tokens, <|endoftext|> included), and truncated (B,) = no <|endoftext|>.
+    use_cache=False recomputes the whole sequence each step (the reference path).
+    """
+    device = model.wte.weight.device
+    B, P = len(prompts), max(len(p) for p in prompts)
+    L = P + max_new_tokens
+    if L > model.cfg.max_seq_len:
+        raise ValueError(f"prompt ({P}) + max_new_tokens ({max_new_tokens}) exceeds max_seq_len {model.cfg.max_seq_len}")
+    tokens = torch.full((B, L), eos_id, dtype=torch.long, device=device)
+    mask = torch.zeros(B, L, dtype=torch.bool, device=device)
+    for i, p in enumerate(prompts):  # left padding
+        tokens[i, P - len(p):P] = torch.tensor(p, device=device)
+        mask[i, P - len(p):P] = True
+    positions = (mask.long().cumsum(1) - 1).clamp(min=0)  # (B, L) each row's own count
+    positions[:, P:] = positions[:, P - 1:P] + torch.arange(1, max_new_tokens + 1, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    cache = new_cache(model, B, L) if use_cache else None
+    t, start = P, 0  # t: index of the next token to write; start: first position not in cache
+    while t < L and not done.all():
+        if use_cache:  # feed only what the cache has not seen: the prompts, then one token
+            logits = model(tokens[:, start:t], cache=cache, start=start, positions=positions[:, start:t],
+                           allowed=attention_mask(mask[:, :t], start, t - start))
+        else:
+            logits = model(tokens[:, :t], mask=mask[:, :t])
+        nxt = sample(logits[:, -1].float(), temperature, top_k, top_p, generator, greedy)  # (B,)
+        nxt = torch.where(done, torch.full_like(nxt, eos_id), nxt)
+        tokens[:, t] = nxt
+        mask[:, t] = ~done
+        done |= nxt == eos_id
+        start, t = t, t + 1
+    completion_mask = mask.clone()
+    completion_mask[:, :P] = False
+    return {"tokens": tokens[:, :t], "mask": mask[:, :t], "completion_mask": completion_mask[:, :t],
+            "truncated": ~done, "prompt_len": P}
+
+
+def sample(logits, temperature, top_k, top_p, generator, greedy):
+    """logits (B, V) -> next token ids (B,)."""
+    if greedy:
+        return logits.argmax(-1)
+    probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+def new_cache(model, B, L):
+    cfg = model.cfg
+    shape = (B, cfg.n_head, L, cfg.d_model // cfg.n_head)
+    w = model.wte.weight
+    return [(w.new_zeros(shape), w.new_zeros(shape)) for _ in range(cfg.n_layer)]
+
+
+def count_params(model):
+    return sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def save_checkpoint(path, model, extra):
+    """Write atomically (temp file + rename): a kill at any moment leaves the old file."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    torch.save({"model": model.state_dict(), "model_config": asdict(model.cfg), **extra}, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path, map_location="cpu"):
+    """-> (model, checkpoint dict). Raises CheckpointError with a one-line message."""
+    if not os.path.exists(path):
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as e:  # truncated or not a torch file
+        raise CheckpointError(f"cannot read checkpoint {path}: {type(e).__name__}: {str(e)[:200]}") from None
+    if not isinstance(ckpt, dict) or "model" not in ckpt or "model_config" not in ckpt:
+        raise CheckpointError(f"{path} is not a checkpoint of this project (no model/model_config)")
+    try:
+        cfg = GPTConfig(**ckpt["model_config"])
+        model = GPT(cfg)
+        model.load_state_dict(ckpt["model"])
+    except (TypeError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0][:200]
+        raise CheckpointError(f"{path} does not match this model code/config: {first}") from None
+    return model, ckpt
+
+
+class CheckpointError(Exception):
+    pass

@@ -1,0 +1,146 @@
+"""Synthetic arithmetic reasoning problems with verifiable integer answers.
+
+Our stand-in for MATH-500: chains of one-digit operations that are evaluated strictly
+left to right (the prompt says so, so `2+3*4` is 20, not 14). Every problem comes with a
+reference step-by-step solution, and its answer can be checked exactly, which is all
+GRPO's verifiable reward needs.
+
+    prompt      Evaluate left to right: 7+5-3*2
+    reasoning   <think>7+5=12 12-3=9 9*2=18</think>\\boxed{18}
+    direct      \\boxed{18}
+
+    prompt      Evaluate left to right: 8*9-6
+    reasoning   <think>8*9=72 72-6=66</think>\\boxed{66}
+
+Intermediate values stay in 0..99 (an operand is only drawn where the running value
+allows it), so every step is a one- or two-digit fact a tiny model can learn.
+
+Difficulty = number of operations, selected by name (`LEVELS`). The held-out split is
+decided by a hash of the expression (`is_eval`), not by a seed, so an eval problem can
+never be drawn for training at any level, and the eval set is the same for every run.
+
+    python tasks.py --level hard --n 5     # print a few problems
+
+Departure from the book: the chapter trains Qwen3-0.6B on MATH; we need a task a 1M
+parameter model learns in a minute on a laptop CPU, with the same answer format
+(`\\boxed{...}`) and the same `<think>` convention.
+"""
+import argparse
+import random
+import zlib
+from dataclasses import dataclass
+
+PROMPT_TEMPLATE = "Evaluate left to right: {expr}\n"  # the one prompt template
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+LEVELS = {  # name -> (min ops, max ops)
+    "easy": (1, 2),
+    "medium": (2, 3),
+    "hard": (3, 4),
+    "mixed": (1, 4),
+}
+MAX_VALUE = 99  # every intermediate result stays in 0..MAX_VALUE
+EVAL_SEED = 1234
+EVAL_MOD = 8  # one in EVAL_MOD expressions belongs to the held-out split
+
+
+@dataclass(frozen=True)
+class Problem:
+    expr: str  # "7+5-3*2"
+    answer: int  # 18
+    steps: tuple  # ("7+5=12", "12-3=9", "9*2=18")
+
+    @property
+    def prompt(self):
+        return PROMPT_TEMPLATE.format(expr=self.expr)
+
+    def solution(self, think=True):
+        """The reference completion: reasoning inside <think> (or none), then the boxed answer."""
+        answer = "\\boxed{%d}" % self.answer
+        if not think:
+            return answer
+        return THINK_OPEN + " ".join(self.steps) + THINK_CLOSE + answer
+
+
+def check_level(level):
+    if level not in LEVELS:
+        raise ValueError(f"unknown difficulty {level!r}; choose one of {', '.join(LEVELS)}")
+    return LEVELS[level]
+
+
+def _operand(rng, op, value):
+    """A one-digit operand that keeps `value op operand` inside 0..MAX_VALUE, or None."""
+    if op == "+":
+        hi = min(9, MAX_VALUE - value)
+    elif op == "-":
+        hi = min(9, value)
+    else:  # "*"
+        hi = 9 if value == 0 else min(9, MAX_VALUE // value)
+    return rng.randint(1, hi) if hi >= 1 else None
+
+
+def make_problem(rng, n_ops):
+    """One random chain of n_ops operations, evaluated left to right."""
+    value = rng.randint(1, 9)
+    expr, steps = str(value), []
+    while len(steps) < n_ops:
+        op = rng.choice("+-*")
+        b = _operand(rng, op, value)
+        if b is None:
+            continue
+        new = value + b if op == "+" else value - b if op == "-" else value * b
+        steps.append(f"{value}{op}{b}={new}")
+        expr += f"{op}{b}"
+        value = new
+    return Problem(expr, value, tuple(steps))
+
+
+def is_eval(expr):
+    """The held-out split, decided by a stable hash of the expression alone."""
+    return zlib.crc32(expr.encode()) % EVAL_MOD == 0
+
+
+def problems(level, seed, split="train"):
+    """Endless deterministic stream of problems of one split (train or eval)."""
+    lo, hi = check_level(level)
+    rng = random.Random(seed)
+    while True:
+        p = make_problem(rng, rng.randint(lo, hi))
+        if is_eval(p.expr) == (split == "eval"):
+            yield p
+
+
+def eval_set(level, n=500):
+    """The fixed held-out set: the first n distinct eval-split problems of a level."""
+    out, seen = [], set()
+    for p in problems(level, EVAL_SEED, split="eval"):
+        if p.expr not in seen:
+            seen.add(p.expr)
+            out.append(p)
+        if len(out) == n:
+            return out
+
+
+def evaluate_chain(expr):
+    """Left-to-right value of an expression string (independent check of the generator)."""
+    value, i = int(expr[0]), 1
+    while i < len(expr):
+        op, b = expr[i], int(expr[i + 1])
+        value = value + b if op == "+" else value - b if op == "-" else value * b
+        i += 2
+    return value
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="Print a few problems.")
+    ap.add_argument("--level", default="hard", help=f"one of {', '.join(LEVELS)}")
+    ap.add_argument("--n", type=int, default=5, help="how many problems")
+    ap.add_argument("--seed", type=int, default=0, help="random seed")
+    args = ap.parse_args()
+    try:
+        check_level(args.level)
+    except ValueError as e:
+        ap.error(str(e))
+    stream = problems(args.level, args.seed)
+    for _ in range(args.n):
+        p = next(stream)
+        print(p.prompt + p.solution())

@@ -1,0 +1,103 @@
+"""A tiktoken tokenizer built in code: byte-level BPE with `<think>` special tokens.
+
+tiktoken cannot download an encoding here, so we construct a `tiktoken.Encoding` from
+ranks we make ourselves:
+- ranks 0..255 are the raw bytes, so any text (any bytes) round-trips;
+- then a few BPE merges learned from the problem corpus (`learn_merges`). The split
+  pattern keeps every digit its own piece, so numbers stay digit-by-digit (arithmetic is
+  much easier to learn that way) while boilerplate like "Evaluate" or "\\boxed{" becomes
+  one token each and sequences get ~35% shorter;
+- then the special tokens `<|endoftext|>`, `<think>`, `</think>`, one id each.
+
+Special tokens in user text: prompts are encoded with `encode_text`, which treats the
+characters "<think>" as plain text (several byte tokens), so a user cannot inject a
+control token; only our own trusted completions use `encode_completion`, which maps the
+tags to their single ids. (tiktoken's default would raise on them instead.)
+
+    python tokenizer.py "Evaluate left to right: 7+5"   # show the tokens
+"""
+import argparse
+import collections
+import re
+
+import tiktoken
+
+# Split pattern: "\\boxed{"-style commands, words (with their leading space), single
+# digits, runs of whitespace, single other characters. BPE never merges across pieces.
+SPLIT_PATTERN = r"\\[A-Za-z]+\{| ?[A-Za-z]+|\d|\s+|[^\sA-Za-z\d]"
+SPECIALS = ("<|endoftext|>", "<think>", "</think>")
+
+
+def learn_merges(texts, n_merges):
+    """Byte-pair merges (most frequent adjacent pair first) over the corpus' pieces."""
+    pieces = collections.Counter(m.encode() for t in texts for m in re.findall(SPLIT_PATTERN, t))
+    words = {p: [bytes([b]) for b in p] for p in pieces}  # piece -> its current tokens
+    merges = []
+    for _ in range(n_merges):
+        pairs = collections.Counter()
+        for p, toks in words.items():
+            for a, b in zip(toks, toks[1:]):
+                pairs[a, b] += pieces[p]
+        if not pairs:
+            break
+        (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))  # ties: deterministic
+        merges.append(a + b)
+        for p, toks in words.items():
+            words[p] = _merge(toks, a, b)
+    return merges
+
+
+def _merge(toks, a, b):
+    out, i = [], 0
+    while i < len(toks):
+        if i + 1 < len(toks) and toks[i] == a and toks[i + 1] == b:
+            out.append(a + b)
+            i += 2
+        else:
+            out.append(toks[i])
+            i += 1
+    return out
+
+
+def build_tokenizer(spec):
+    """spec = {"merges": [hex strings]} (what checkpoints store) -> tiktoken.Encoding."""
+    ranks = {bytes([i]): i for i in range(256)}
+    for m in spec["merges"]:
+        ranks.setdefault(bytes.fromhex(m), len(ranks))
+    specials = {s: len(ranks) + i for i, s in enumerate(SPECIALS)}
+    return tiktoken.Encoding(name="grpo-arith", pat_str=SPLIT_PATTERN,
+                             mergeable_ranks=ranks, special_tokens=specials)
+
+
+def make_spec(texts, n_merges=48):
+    return {"merges": [m.hex() for m in learn_merges(texts, n_merges)]}
+
+
+def encode_text(enc, text):
+    """Untrusted text (prompts): special-token strings are encoded as plain bytes."""
+    return enc.encode(text, disallowed_special=())
+
+
+def encode_completion(enc, text):
+    """Trusted text we wrote ourselves: <think> and </think> become their single ids."""
+    return enc.encode(text, allowed_special={"<think>", "</think>"}, disallowed_special=())
+
+
+def eos_id(enc):
+    return enc.eot_token
+
+
+if __name__ == "__main__":
+    import tasks
+
+    ap = argparse.ArgumentParser(description="Show how a text is tokenized.")
+    ap.add_argument("text", nargs="?", default=None, help="text to encode (default: a problem)")
+    ap.add_argument("--merges", type=int, default=48, help="BPE merges to learn")
+    args = ap.parse_args()
+    stream = tasks.problems("mixed", seed=0)
+    corpus = [p.prompt + p.solution() for p, _ in zip(stream, range(2000))]
+    enc = build_tokenizer(make_spec(corpus, args.merges))
+    text = args.text or corpus[0]
+    ids = encode_completion(enc, text)
+    print(f"vocab {enc.n_vocab}, {len(text)} chars -> {len(ids)} tokens")
+    print(" | ".join(enc.decode([i]) for i in ids))

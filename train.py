@@ -1,0 +1,318 @@
+"""Train a reasoning policy with GRPO: the command line users run.
+
+    python train.py                              # warm start (once, cached) + GRPO, ~7 min on 2 CPU cores
+    python train.py --clip 0.2 --kl 0.0 --mu 2 --run-name clip
+    python train.py --resume runs/clip           # continue after an interruption
+    python plot.py runs/clip                     # the chapter's panels
+
+Each step: sample G answers for each of --prompts-per-step problems, score them, and
+update the policy (grpo.grpo_step). Every --eval-every steps (and at step 0) the policy
+answers the fixed held-out set greedily. Everything lands in runs/<name>/:
+    config.json      every resolved flag, package versions, device
+    metrics.jsonl    one JSON object per step (eval_acc on eval steps)
+    samples.jsonl    a few prompts with completions and rewards every --samples-every steps
+    ckpt_latest.pt   model + optimizer, for --resume; ckpt_step<N>.pt at each eval
+
+Crash safety: checkpoints are written to a temp file and renamed; one flushed line per
+step; on resume, metrics lines after the checkpoint's step are dropped, so after a
+`kill -9` at any moment the file has no duplicate and no missing step. The problems and
+the sampling noise of step s are seeded by (seed, s), so a resumed run draws the same
+problems and samples as an uninterrupted one.
+"""
+import argparse
+import contextlib
+import copy
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, fields
+
+import torch
+
+import grpo
+import tasks
+from model import CheckpointError, load_checkpoint, save_checkpoint
+from tokenizer import build_tokenizer
+
+DEFAULT_INIT = "checkpoints/warmstart.pt"
+
+
+def get_parser():
+    ap = argparse.ArgumentParser(description="GRPO on synthetic arithmetic reasoning.",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    g = ap.add_argument_group("run")
+    g.add_argument("--run-name", default=None, help="folder under runs/ (default: a timestamp)")
+    g.add_argument("--runs-dir", default="runs", help="where run folders live")
+    g.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue runs/<name> from its latest checkpoint")
+    g.add_argument("--init", default=DEFAULT_INIT, help="warm-start checkpoint (built by sft.py if it is the default and missing)")
+    g.add_argument("--seed", type=int, default=0, help="seeds problems, sampling and init")
+    g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
+    g.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    g = ap.add_argument_group("task and evaluation")
+    g.add_argument("--level", default="hard", help=f"difficulty of RL problems ({', '.join(tasks.LEVELS)})")
+    g.add_argument("--eval-size", type=int, default=500, help="held-out problems per evaluation")
+    g.add_argument("--eval-every", type=int, default=10, help="evaluate (greedy) every N steps")
+    g.add_argument("--samples-every", type=int, default=10, help="log a few completions every N steps")
+    g.add_argument("--save-every", type=int, default=5, help="write ckpt_latest.pt every N steps")
+    g = ap.add_argument_group("rollouts")
+    g.add_argument("--steps", type=int, default=None, help="GRPO steps (default 150; with --resume: the saved value)")
+    g.add_argument("--prompts-per-step", type=int, default=16, help="problems per step")
+    g.add_argument("--group-size", type=int, default=8, help="G: completions per problem")
+    g.add_argument("--max-new-tokens", type=int, default=40, help="completion length cap (L_max)")
+    g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (also used in log-probs)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling")
+    g.add_argument("--top-k", type=int, default=0, help="top-k sampling (0: off)")
+    g = ap.add_argument_group("rewards")
+    g.add_argument("--format-weight", type=float, default=0.0, help="w in reward = correct + w * format")
+    g.add_argument("--gated", action="store_true", help="format reward only for correct answers")
+    g.add_argument("--overlong-cache", type=int, default=0, help="DAPO soft overlong penalty over the last N tokens (0: off)")
+    g = ap.add_argument_group("advantages and sampling")
+    g.add_argument("--adv-norm", default="group", choices=["group", "batch", "none"], help="divide by the std of the group, the batch, or not (Dr. GRPO)")
+    g.add_argument("--dynamic-sampling", action="store_true", help="DAPO: drop groups with equal rewards, draw more")
+    g.add_argument("--max-sampling-rounds", type=int, default=3, help="rollout rounds per step with dynamic sampling")
+    g = ap.add_argument_group("objective")
+    g.add_argument("--mu", type=int, default=1, help="optimizer steps per batch of rollouts")
+    g.add_argument("--clip", type=float, default=0.2, help="eps_low of the clipped ratio ('inf': no clipping)")
+    g.add_argument("--clip-high", type=float, default=None, help="eps_high (DAPO clip-higher); default: --clip")
+    g.add_argument("--dual-clip", type=float, default=0.0, help="dual-clip constant c > 1 for negative advantages (0: off)")
+    g.add_argument("--objective", default="ppo", choices=["ppo", "cispo"], help="clipped surrogate, or CISPO's clipped weights")
+    g.add_argument("--ratio-level", default="token", choices=["token", "gspo", "sequence"], help="token (GRPO), gspo, or the book's summed sequence ratio")
+    g.add_argument("--kl", type=float, default=0.0, help="beta: KL penalty to the warm-start policy")
+    g.add_argument("--kl-estimator", default="k3", choices=["k1", "k2", "k3"], help="Schulman's KL estimator")
+    g.add_argument("--kl-level", default="token", choices=["token", "sequence"], help="per token, or the book's on summed log-probs")
+    g.add_argument("--loss-agg", default="seq_mean", choices=["seq_mean", "token_mean", "constant"], help="GRPO, DAPO, or Dr. GRPO aggregation")
+    g.add_argument("--mask-truncated", action="store_true", help="truncated completions contribute no loss")
+    g.add_argument("--no-fused-head", action="store_true", help="compute log-probs from materialised logits")
+    g = ap.add_argument_group("optimisation")
+    g.add_argument("--lr", type=float, default=1e-4, help="Adam learning rate (>= 3e-4 collapsed in our tests)")
+    g.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping")
+    return ap
+
+
+def grpo_config(args):
+    """The GRPOConfig fields, taken from the flags of the same names."""
+    cfg = {f.name: getattr(args, f.name) for f in fields(grpo.GRPOConfig) if hasattr(args, f.name)}
+    return grpo.GRPOConfig(**cfg, fused_head=not args.no_fused_head)
+
+
+def check_args(args):
+    """One-line errors for flag values argparse cannot check by itself."""
+    tasks.check_level(args.level)
+    positive = ["eval_size", "eval_every", "samples_every", "save_every", "prompts_per_step", "group_size",
+                "max_new_tokens", "mu", "max_sampling_rounds", "threads"]
+    for name in positive:
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.steps is not None and args.steps < 0:
+        raise ValueError("--steps must be >= 0")
+    if args.group_size < 2:
+        raise ValueError("--group-size must be >= 2: a group of one has no relative advantage")
+    if not (args.temperature > 0 and 0 < args.top_p <= 1 and args.lr > 0):
+        raise ValueError("need --temperature > 0, 0 < --top-p <= 1 and --lr > 0")
+    if args.clip < 0 or (args.clip_high is not None and args.clip_high < 0):
+        raise ValueError("--clip and --clip-high must be >= 0")
+
+
+# ---------------------------------------------------------------- set-up
+
+def resolve_device(name):
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda, but torch sees no CUDA device")
+    return name
+
+
+def autocast(device):
+    """bf16 autocast on GPU; plain fp32 on CPU (bf16 matmuls are slow on most CPUs)."""
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
+
+
+def load_init(args):
+    """The warm-start policy; built with sft.py defaults if the default path is missing."""
+    if not os.path.exists(args.init) and args.init == DEFAULT_INIT:
+        import sft
+        print(f"no warm start at {args.init}: building it once (python sft.py), then GRPO")
+        sft.main(sft.get_parser().parse_args(["--out", args.init, "--threads", str(args.threads)]))
+    model, ckpt = load_checkpoint(args.init)
+    for key in ("tokenizer", "task"):
+        if key not in ckpt:
+            raise CheckpointError(f"{args.init} has no {key} spec: not a warm-start checkpoint of this project")
+    enc = build_tokenizer(ckpt["tokenizer"])
+    if enc.n_vocab != model.cfg.vocab_size:
+        raise CheckpointError(f"{args.init}: tokenizer has {enc.n_vocab} tokens but the model {model.cfg.vocab_size}")
+    return model, enc, ckpt
+
+
+def versions():
+    import numpy
+    import tiktoken
+    out = {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
+           "tiktoken": tiktoken.__version__}
+    try:
+        import triton
+        out["triton"] = triton.__version__
+    except ImportError:
+        out["triton"] = None
+    return out
+
+
+def problem_source(level, seed, step):
+    """Problems of step `step`, a pure function of (seed, step) so resume is exact."""
+    stream = tasks.problems(level, seed * 1_000_003 + step)
+    return lambda: next(stream)
+
+
+def truncate_metrics(path, last_step):
+    """Keep only whole lines with step <= last_step (rewritten atomically)."""
+    if not os.path.exists(path):
+        return
+    keep = []
+    with open(path) as f:
+        for line in f:
+            try:
+                if line.endswith("\n") and json.loads(line)["step"] <= last_step:
+                    keep.append(line)
+            except (ValueError, KeyError, TypeError):
+                pass
+    with open(path + ".tmp", "w") as f:
+        f.writelines(keep)
+    os.replace(path + ".tmp", path)
+
+
+def append_jsonl(path, obj):
+    with open(path, "a") as f:
+        f.write(json.dumps(obj) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# ---------------------------------------------------------------- logging
+
+def format_line(step, total, s, elapsed_per_step):
+    eta = elapsed_per_step * (total - step)
+    kl = f" | kl {s['kl']:.4f}" if "kl" in s else ""
+    return (f"step {step:4d}/{total} | loss {s['loss']:+.4f} | reward {s['reward']:.3f} "
+            f"(correct {s['reward_correct']:.2f}) | len {s['resp_len']:.1f} | adv {s['adv_mean']:+.2f}"
+            f"±{s['adv_std']:.2f} | ent {s['entropy']:.3f} | clip {s['clip_frac']:.3f}{kl} "
+            f"| {s['tokens_per_s']:,.0f} tok/s | ETA {eta / 60:.1f}m")
+
+
+def log_samples(path, step, batch, G, n=4):
+    """The first completion of the first n groups."""
+    for i in range(0, min(len(batch["texts"]), n * G), G):
+        p = batch["problems"][i]
+        append_jsonl(path, {"step": step, "prompt": p.prompt, "answer": p.answer, "completion": batch["texts"][i],
+                            "reward": float(batch["rewards"][i]), "correct": float(batch["reward_correct"][i]),
+                            "format": float(batch["reward_format"][i])})
+
+
+# ---------------------------------------------------------------- main
+
+def main(args):
+    t_start = time.time()
+    check_args(args)
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    if args.resume:
+        args, run_dir, start_step, state = resume_state(args)
+    else:
+        args.steps = 150 if args.steps is None else args.steps
+        run_dir = os.path.join(args.runs_dir, args.run_name or time.strftime("%Y%m%d-%H%M%S"))
+        if os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
+            raise ValueError(f"{run_dir} already has a run: pick another --run-name or --resume {run_dir}")
+        start_step, state = 0, None
+    torch.manual_seed(args.seed)
+    model, enc, init_ckpt = load_init(args)
+    model.to(device)
+    cfg = grpo_config(args)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+    ref_model = None
+    if cfg.kl > 0:  # a frozen copy of the warm start; none at all when beta = 0
+        ref_model = copy.deepcopy(model if state is None else load_init(args)[0].to(device)).eval()
+        ref_model.requires_grad_(False)
+    os.makedirs(run_dir, exist_ok=True)
+    metrics_path, samples_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "samples.jsonl")
+    config = {**vars(args), "grpo": asdict(cfg), "device": device,
+              "dtype": "bfloat16 autocast" if device == "cuda" else "float32", "versions": versions(),
+              "run_dir": run_dir}
+    if state is None:
+        with open(os.path.join(run_dir, "config.json"), "w") as f:
+            json.dump(config, f, indent=2)
+    print(json.dumps(config, indent=2))
+    print(f"device {device}, dtype {config['dtype']}, run folder {run_dir}")
+    evalset = tasks.eval_set(args.level, args.eval_size)
+    extra = {"tokenizer": init_ckpt["tokenizer"], "task": init_ckpt["task"]}
+
+    def evaluate_and_save(step, record):
+        with autocast(device):
+            ev = grpo.evaluate(model, enc, evalset, args.max_new_tokens)
+        record.update(eval_acc=ev["accuracy"], eval_format=ev["format"])
+        print(f"eval step {step}: accuracy {ev['accuracy']:.1%} | think format {ev['format']:.1%} "
+              f"| {time.time() - t_start:.0f}s since start", flush=True)
+        save_checkpoint(os.path.join(run_dir, f"ckpt_step{step}.pt"), model, extra)
+
+    if start_step == 0:
+        record = {"step": 0, "time": 0.0}
+        evaluate_and_save(0, record)
+        append_jsonl(metrics_path, record)
+    gen = torch.Generator(device=device)
+    t0, step_times = time.time(), []
+    for step in range(start_step + 1, args.steps + 1):
+        ts = time.time()
+        gen.manual_seed(args.seed * 1_000_003 + step)
+        try:
+            with autocast(device):
+                batch, stats = grpo.grpo_step(model, ref_model, opt, enc, problem_source(args.level, args.seed, step),
+                                              args.prompts_per_step, cfg, gen)
+        except FloatingPointError as e:
+            raise SystemExit(f"step {step}: {e}; stopping. The weights were not updated; last good checkpoint: "
+                             f"{os.path.join(run_dir, 'ckpt_latest.pt')}")
+        step_times.append(time.time() - ts)
+        stats.update(step=step, time=time.time() - t0, lr=args.lr,
+                     tokens_per_s=stats["n_tokens"] / step_times[-1])
+        print(format_line(step, args.steps, stats, sum(step_times) / len(step_times)), flush=True)
+        if step % args.eval_every == 0 or step == args.steps:
+            evaluate_and_save(step, stats)
+        if step % args.samples_every == 0 or step == 1:
+            log_samples(samples_path, step, batch, cfg.group_size)
+        append_jsonl(metrics_path, stats)
+        if step % args.save_every == 0 or step == args.steps:
+            save_checkpoint(os.path.join(run_dir, "ckpt_latest.pt"), model,
+                            {**extra, "optimizer": opt.state_dict(), "step": step, "args": vars(args)})
+    print(f"done: {args.steps} steps, {time.time() - t_start:.0f}s total. Plot: python plot.py {run_dir}")
+    return run_dir
+
+
+def resume_state(args):
+    """(saved args, run dir, step to continue from, checkpoint) for --resume RUN_DIR."""
+    run_dir = args.resume.rstrip("/")
+    if not os.path.isdir(run_dir):
+        raise ValueError(f"--resume: no run folder {run_dir}")
+    path = os.path.join(run_dir, "ckpt_latest.pt")
+    if not os.path.exists(path):
+        raise CheckpointError(f"--resume: {run_dir} has no ckpt_latest.pt (the run stopped before its first save)")
+    _, state = load_checkpoint(path)
+    if "optimizer" not in state or "step" not in state:
+        raise CheckpointError(f"{path} has no optimizer state or step: not a resumable checkpoint")
+    saved = argparse.Namespace(**state["args"])
+    saved.resume, saved.threads, saved.device = args.resume, args.threads, args.device
+    if args.steps is not None:  # allow extending a finished run
+        saved.steps = args.steps
+    truncate_metrics(os.path.join(run_dir, "metrics.jsonl"), state["step"])
+    print(f"resuming {run_dir} from step {state['step']}")
+    return saved, run_dir, state["step"], state
+
+
+if __name__ == "__main__":
+    parser = get_parser()
+    args = parser.parse_args()
+    try:
+        main(args)
+    except (ValueError, CheckpointError) as e:
+        parser.exit(2, f"train.py: error: {e}\n")
