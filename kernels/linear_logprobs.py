@@ -1,7 +1,186 @@
-"""Log-prob and entropy from hidden states and the LM-head weight (placeholder: reference only)."""
-from .logprobs import token_logprobs_and_entropy
+"""Log-prob of the chosen token and entropy straight from hidden states and the LM-head
+weight, without ever holding the (N, V) logits.
+
+What it teaches. The policy-gradient loss only needs two numbers per token: log p(target)
+and the entropy H of the next-token distribution. Both are functions of three running
+statistics of the logits row z = h W^T / T, which can be gathered one vocabulary chunk
+at a time (the "online softmax" of FlashAttention / Cut Cross-Entropy / Liger's fused
+linear cross-entropy):
+
+    m = max_j z_j                   running max, keeps exp() from overflowing
+    s = sum_j exp(z_j - m)          running sum of exponentials
+    a = sum_j exp(z_j - m)(z_j - m) running "sum of p*z", for the entropy
+
+    log-sum-exp = m + log s,  log p(t) = z_t - lse,  H = -sum p log p = log s - a / s
+
+When a new chunk raises the max from m to m', the old sums are rescaled by exp(m - m'):
+    s <- exp(m - m') s
+    a <- exp(m - m') (a + (m - m') s)          (each old term's (z - m) grows by m - m')
+
+Backward recomputes each chunk's logits (one extra matmul instead of storing N*V numbers)
+and uses the saved lse and H. With p = softmax(z), the gradients of the two outputs are
+
+    d logp / d z_j = onehot_j - p_j
+    d H    / d z_j = -p_j (log p_j + H)
+
+so dz = dlogp (onehot - p) - dH p (log p + H), times 1/T for the temperature, and then
+    grad_hidden += dz @ W_chunk     (N, d)
+    grad_weight[chunk] = dz^T @ hidden   (C, d)
+
+Memory. The materialised path holds the (N, V) logits, their fp32 copy, log-softmax and
+their gradients: several N*V buffers (4096 x 32768 fp32 is 512 MiB each). Here the extra
+memory is O(N*d) for grad_hidden plus O(N*C) for two or three chunk buffers; grad_weight
+(V, d) is the same size as the weight and any path must produce it. Cost: forward is one
+matmul (2NdV flops), backward two plus the recomputed one, so 4 matmuls instead of 3.
+The materialised path pays instead for ~10 passes over N*V bytes in main memory.
+
+Where this departs from the fused GPU kernels. Those fuse the matmul and the online
+softmax in one Triton kernel so a chunk of logits never leaves on-chip memory. Here each
+chunk is a plain torch matmul followed by elementwise ops, which runs on CPU and CUDA
+alike; on CUDA this has NOT been measured against a fused Triton kernel (no GPU was
+available when it was written), so the GPU choice is open. Chunking is over the
+vocabulary only: rows are kept whole so each matmul stays large; the chunk width
+adapts to N (see `_chunk_width`) so that N*C stays bounded.
+"""
+import torch
+import torch.nn.functional as F
+
+# Elements per (N, C) chunk buffer; chosen by measurement in bench/bench_linear.py.
+CHUNK_ELEMENTS = 2**23  # 8M fp32 = 32 MiB per buffer
 
 
-def linear_logprobs_and_entropy(hidden, weight, targets, temperature=1.0):
-    """hidden (N, d), weight (V, d), targets (N,) -> logp (N,), entropy (N,)."""
-    return token_logprobs_and_entropy(hidden @ weight.t(), targets, temperature)
+def _upcast(x):
+    """Statistics in fp32 at least (fp64 inputs stay fp64, so the tests can use gradcheck)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+# ------------------------------------------------------------------ reference
+def linear_logprobs_and_entropy_reference(hidden, weight, targets, temperature=1.0):
+    """Materialises the logits. hidden (N, d), weight (V, d), targets (N,) -> (N,), (N,)."""
+    logits = _upcast(hidden @ weight.t()) / temperature  # (N, V)
+    logp_all = F.log_softmax(logits, dim=-1)  # (N, V)
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (N,)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)  # (N,)
+    return logp, entropy
+
+
+# ------------------------------------------------------------------ chunked path
+def _chunk_width(n_rows, vocab, chunk_size):
+    if chunk_size is None:
+        chunk_size = max(256, CHUNK_ELEMENTS // max(n_rows, 1))
+    return min(chunk_size, vocab)
+
+
+def _chunk_logits(hidden, w_chunk, temperature):
+    """hidden (N, d), w_chunk (C, d) -> fp32 logits (N, C), already divided by T."""
+    z = _upcast(hidden @ w_chunk.t())  # (N, C); matmul in the input dtype, like the reference
+    if temperature != 1.0:
+        z.mul_(1.0 / temperature)
+    return z
+
+
+def _target_in_chunk(targets, v0, width):
+    """Column of each row's target inside chunk [v0, v0 + width), clamped, and whether it is there."""
+    local = targets - v0  # (N,)
+    inside = (local >= 0) & (local < width)  # (N,)
+    return local.clamp(0, width - 1).unsqueeze(1), inside  # (N, 1), (N,)
+
+
+def _forward_stats(hidden, weight, targets, temperature, chunk):
+    """One pass over vocabulary chunks -> lse (N,), entropy (N,), target logit (N,), all fp32."""
+    N, V = hidden.shape[0], weight.shape[0]
+    f32 = dict(device=hidden.device, dtype=_upcast(hidden[:0]).dtype)
+    m = torch.full((N,), float("-inf"), **f32)  # running max
+    s = torch.zeros(N, **f32)  # sum exp(z - m)
+    a = torch.zeros(N, **f32)  # sum exp(z - m) (z - m)
+    z_t = torch.zeros(N, **f32)  # logit of the target
+    for v0 in range(0, V, chunk):
+        z = _chunk_logits(hidden, weight[v0:v0 + chunk], temperature)  # (N, C)
+        col, inside = _target_in_chunk(targets, v0, z.shape[1])
+        z_t = torch.where(inside, z.gather(1, col).squeeze(1), z_t)
+        m_new = torch.maximum(m, z.amax(1))  # (N,)
+        shift = m - m_new  # (N,) <= 0; -inf on the first chunk
+        scale = shift.exp()  # (N,); 0 on the first chunk
+        # (m - m') s is -inf * 0 = nan on the first chunk, where s = 0 anyway
+        a = scale * (a + torch.where(s > 0, shift * s, 0.0))
+        s = scale * s
+        u = z.sub_(m_new.unsqueeze(1))  # (N, C) z - m', in place
+        e = u.exp()  # (N, C)
+        s = s + e.sum(1)
+        a = a + e.mul_(u).sum(1)
+        m = m_new
+    lse = m + s.log()
+    entropy = s.log() - a / s
+    return lse, entropy, z_t
+
+
+def _backward_chunks(hidden, weight, targets, temperature, chunk, lse, entropy, dlogp, dent,
+                     want_hidden=True, want_weight=True):
+    """Recompute each chunk's logits and accumulate grad_hidden, fill grad_weight chunk by chunk."""
+    N, V = hidden.shape[0], weight.shape[0]
+    grad_hidden = _upcast(torch.zeros_like(hidden)) if want_hidden else None  # (N, d) fp32 accumulator
+    grad_weight = torch.empty_like(weight) if want_weight else None  # (V, d)
+    for v0 in range(0, V, chunk):
+        w_chunk = weight[v0:v0 + chunk]  # (C, d)
+        logp = _chunk_logits(hidden, w_chunk, temperature).sub_(lse.unsqueeze(1))  # (N, C) log p
+        p = logp.exp()  # (N, C)
+        # dz = -p * (dlogp + dH (log p + H)), built in the logp buffer
+        if dent is not None:
+            dz = logp.add_(entropy.unsqueeze(1)).mul_(dent.unsqueeze(1))
+            if dlogp is not None:
+                dz.add_(dlogp.unsqueeze(1))
+            dz.mul_(p).neg_()
+        else:
+            dz = p.mul_(dlogp.unsqueeze(1)).neg_()
+        if dlogp is not None:  # + dlogp * onehot(target)
+            col, inside = _target_in_chunk(targets, v0, dz.shape[1])
+            dz.scatter_add_(1, col, torch.where(inside, dlogp, 0.0).unsqueeze(1))
+        if temperature != 1.0:
+            dz.mul_(1.0 / temperature)
+        dz = dz.to(hidden.dtype)
+        if want_hidden:
+            grad_hidden += dz @ w_chunk  # (N, d)
+        if want_weight:
+            torch.mm(dz.t(), hidden, out=grad_weight[v0:v0 + chunk])  # (C, d)
+    return None if grad_hidden is None else grad_hidden.to(hidden.dtype), grad_weight
+
+
+class _LinearLogprobsEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, temperature, chunk):
+        lse, entropy, z_t = _forward_stats(hidden, weight, targets, temperature, chunk)
+        ctx.save_for_backward(hidden, weight, targets, lse, entropy)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.set_materialize_grads(False)  # a None grad means "that output was not used"
+        return z_t - lse, entropy
+
+    @staticmethod
+    def backward(ctx, dlogp, dent):
+        hidden, weight, targets, lse, entropy = ctx.saved_tensors
+        if dlogp is None and dent is None:
+            return None, None, None, None, None
+        dlogp = None if dlogp is None else dlogp.to(lse.dtype)
+        dent = None if dent is None else dent.to(lse.dtype)
+        grad_hidden, grad_weight = _backward_chunks(
+            hidden, weight, targets, ctx.temperature, ctx.chunk, lse, entropy, dlogp, dent,
+            want_hidden=ctx.needs_input_grad[0], want_weight=ctx.needs_input_grad[1])
+        return grad_hidden, grad_weight, None, None, None
+
+
+# ------------------------------------------------------------------ dispatch
+def linear_logprobs_and_entropy(hidden, weight, targets, temperature=1.0, *, chunk_size=None):
+    """hidden (..., d), weight (V, d), targets (...) -> logp (...), entropy (...), fp32 (fp64 for fp64).
+
+    Same values as `token_logprobs_and_entropy(hidden @ weight.T, targets, temperature)`,
+    differentiable w.r.t. hidden and weight, but the (N, V) logits never exist at once.
+    chunk_size: vocabulary columns per chunk (default: about CHUNK_ELEMENTS / N).
+    On CPU and CUDA alike this is the chunked-matmul path (GPU speed unmeasured, see top).
+    """
+    assert hidden.dtype == weight.dtype, "hidden and weight must share a dtype"
+    assert hidden.shape[-1] == weight.shape[1]
+    lead = targets.shape
+    hidden2 = hidden.reshape(-1, hidden.shape[-1])  # (N, d)
+    targets2 = targets.reshape(-1)  # (N,)
+    chunk = _chunk_width(hidden2.shape[0], weight.shape[0], chunk_size)
+    logp, entropy = _LinearLogprobsEntropy.apply(hidden2, weight, targets2, float(temperature), chunk)
+    return logp.view(lead), entropy.view(lead)
