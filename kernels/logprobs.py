@@ -198,16 +198,19 @@ def _scaled_rows(logits, sl, temperature):
 
 
 def _torch_forward(logits, targets, temperature, logp, entropy, lse):
-    """Same contract as _triton_forward, a few rows at a time."""
+    """Same contract and same math as _fwd_kernel, a few rows at a time."""
     for sl in _chunks(*logits.shape):
         x = _scaled_rows(logits, sl, temperature)                       # (C, V)
-        lse_c = torch.logsumexp(x, dim=-1)                              # (C,)
-        logp_all = x.sub_(lse_c[:, None])                               # (C, V), in place
-        logp[sl] = logp_all.gather(1, targets[sl, None]).squeeze(1)
-        p = logp_all.exp()                                              # (C, V)
-        # clamp turns log p = -inf (p = 0) into a finite number so 0 * it is 0, not NaN
-        entropy[sl] = -torch.linalg.vecdot(p, logp_all.clamp_(min=_FMIN))
-        lse[sl] = lse_c
+        m = x.amax(dim=-1)                                              # (C,)
+        xm = x.sub_(m[:, None])                                         # (C, V) x - m, in place
+        e = xm.exp()                                                    # (C, V)
+        d = e.sum(dim=-1)                                               # (C,)
+        log_d = d.log()
+        logp[sl] = xm.gather(1, targets[sl, None]).squeeze(1) - log_d
+        # clamp turns -inf into a finite number so that e * it = 0 * it = 0, not NaN
+        s = torch.linalg.vecdot(e, xm.clamp_(min=_FMIN))                # sum e (x - m)
+        entropy[sl] = log_d - s / d   # not x - lse: at logits ~1e4 that cancels in fp32
+        lse[sl] = m + log_d
 
 
 def _torch_backward(logits, targets, lse, entropy, g_logp, g_H, temperature, dlogits):
