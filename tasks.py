@@ -27,6 +27,7 @@ parameter model learns in a minute on a laptop CPU, with the same answer format
 """
 import argparse
 import random
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -122,11 +123,10 @@ def eval_set(level, n=500):
 
 def evaluate_chain(expr):
     """Left-to-right value of an expression string (independent check of the generator)."""
-    value, i = int(expr[0]), 1
-    while i < len(expr):
-        op, b = expr[i], int(expr[i + 1])
+    parts = re.findall(r"\d+|[-+*]", expr)  # "12-3*2" -> ["12", "-", "3", "*", "2"]
+    value = int(parts[0])
+    for op, b in zip(parts[1::2], map(int, parts[2::2])):
         value = value + b if op == "+" else value - b if op == "-" else value * b
-        i += 2
     return value
 
 

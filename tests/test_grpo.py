@@ -1,0 +1,216 @@
+"""The GRPO objective on hand-computed cases, and a real (tiny) learning run."""
+import math
+
+import pytest
+import torch
+
+import grpo
+import rewards
+import tasks
+from grpo import (GRPOConfig, aggregate, clipped_objective, group_advantages, grpo_loss, kl_penalty,
+                  policy_ratio, zero_variance_groups)
+from model import GPT, GPTConfig
+from tokenizer import build_tokenizer
+
+
+def surrogate_and_grad(r, A, eps_low=0.2, eps_high=0.2, dual=0.0):
+    ratio = torch.tensor([r], dtype=torch.float64, requires_grad=True)
+    obj = clipped_objective(ratio, torch.tensor([A], dtype=torch.float64), eps_low, eps_high, dual)
+    obj.sum().backward()
+    return obj.item(), ratio.grad.item()
+
+
+@pytest.mark.parametrize("r,A,obj,grad", [
+    (1.1, 1.0, 1.1, 1.0),     # A > 0, inside the range: plain r * A
+    (1.5, 1.0, 1.2, 0.0),     # A > 0, r above 1+eps: clipped, no gradient
+    (0.5, 1.0, 0.5, 1.0),     # A > 0, r below 1-eps: moved the wrong way, never clipped
+    (1.1, -1.0, -1.1, -1.0),  # A < 0, inside
+    (1.5, -1.0, -1.5, -1.0),  # A < 0, r above 1+eps: wrong way, never clipped
+    (0.5, -1.0, -0.8, 0.0),   # A < 0, r below 1-eps: clipped, no gradient
+    (1.0, 0.0, 0.0, 0.0),     # A = 0: nothing to learn
+    (2.0, 0.5, 0.6, 0.0),     # |A| != 1: clipped value is (1+eps) * A
+])
+def test_clipped_objective_every_case(r, A, obj, grad):
+    o, g = surrogate_and_grad(r, A)
+    assert o == pytest.approx(obj) and g == pytest.approx(grad)
+
+
+def test_clip_higher_and_dual_clip():
+    assert surrogate_and_grad(1.25, 1.0, 0.2, 0.28) == pytest.approx((1.25, 1.0))  # inside the raised bound
+    assert surrogate_and_grad(1.3, 1.0, 0.2, 0.28) == pytest.approx((1.28, 0.0))
+    assert surrogate_and_grad(0.7, -1.0, 0.2, 0.28) == pytest.approx((-0.8, 0.0))  # eps_low unchanged
+    assert surrogate_and_grad(5.0, -1.0, dual=3.0) == pytest.approx((-3.0, 0.0))  # bounded by c * A
+    assert surrogate_and_grad(2.0, -1.0, dual=3.0) == pytest.approx((-2.0, -1.0))  # below the bound: as PPO
+    assert surrogate_and_grad(5.0, 1.0, dual=3.0) == pytest.approx((1.2, 0.0))  # A > 0 unaffected
+
+
+def test_no_clipping_with_infinite_eps():
+    assert surrogate_and_grad(3.0, 1.0, math.inf, math.inf) == pytest.approx((3.0, 1.0))
+
+
+def test_kl_of_policy_to_itself_is_zero_and_k3_nonnegative():
+    logp = torch.randn(4, 7) - 2
+    for est in ("k1", "k2", "k3"):
+        assert torch.equal(kl_penalty(logp, logp.clone(), est), torch.zeros(4, 7))
+    other = torch.randn(4, 7) * 5
+    assert (kl_penalty(logp, other, "k3") >= 0).all()
+    assert (kl_penalty(logp, other, "k2") >= 0).all()
+    assert torch.isfinite(kl_penalty(torch.zeros(1), torch.tensor([1e4]), "k3")).all()  # clamped, no overflow
+    lr = torch.tensor([0.3])  # hand values for log(pi_ref/pi) = 0.3
+    assert kl_penalty(torch.zeros(1), lr, "k1").item() == pytest.approx(-0.3)
+    assert kl_penalty(torch.zeros(1), lr, "k2").item() == pytest.approx(0.045)
+    assert kl_penalty(torch.zeros(1), lr, "k3").item() == pytest.approx(math.exp(0.3) - 1.3, rel=1e-5)
+
+
+@pytest.mark.parametrize("norm", ["group", "batch", "none"])
+def test_equal_rewards_give_zero_advantage(norm):
+    r = torch.tensor([1.0, 1, 1, 1, 0, 1, 0, 0])
+    adv = group_advantages(r, 4, norm)
+    assert torch.equal(adv[:4], torch.zeros(4))
+    assert adv[4:].sum().abs() < 1e-6 and (adv[4:][r[4:] == 1] > 0).all()
+
+
+def test_advantage_normalisations_by_hand():
+    r = torch.tensor([1.0, 0, 0, 0, 2, 0, 0, 0])
+    g1 = torch.tensor([0.75, -0.25, -0.25, -0.25])
+    torch.testing.assert_close(group_advantages(r, 4, "none")[:4], g1)
+    torch.testing.assert_close(group_advantages(r, 4, "group")[:4], g1 / (0.5 + 1e-4))  # unbiased std of 1,0,0,0
+    torch.testing.assert_close(group_advantages(r, 4, "batch")[4:], 2 * g1 / (r.std() + 1e-4))
+
+
+def test_gspo_and_sequence_ratios():
+    logp, old = torch.randn(3, 5), torch.randn(3, 5)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 1, 0, 0, 0]], dtype=torch.bool)
+    d = (logp - old) * mask
+    torch.testing.assert_close(policy_ratio(logp, old, mask, "gspo")[:, 0], torch.exp(d.sum(1) / mask.sum(1)))
+    torch.testing.assert_close(policy_ratio(logp, old, mask, "sequence")[:, 0], torch.exp(d.sum(1)))
+    torch.testing.assert_close(policy_ratio(logp, old, mask, "token"), torch.exp(d))
+
+
+def test_aggregation_modes_match_hand_formulas():
+    g = torch.Generator().manual_seed(0)
+    loss = torch.randn(5, 9, generator=g)
+    mask = torch.rand(5, 9, generator=g) > 0.4
+    mask[0] = False  # an empty row must not divide by zero
+    seq = [sum(loss[i, t].item() for t in range(9) if mask[i, t]) / max(1, int(mask[i].sum())) for i in range(5)]
+    assert aggregate(loss, mask, "seq_mean").item() == pytest.approx(sum(seq) / 5, rel=1e-5)
+    tok = [loss[i, t].item() for i in range(5) for t in range(9) if mask[i, t]]
+    assert aggregate(loss, mask, "token_mean").item() == pytest.approx(sum(tok) / len(tok), rel=1e-5)
+    assert aggregate(loss, mask, "constant", max_len=40).item() == pytest.approx(sum(tok) / (5 * 40), rel=1e-5)
+
+
+def loss_inputs(seed=0, B=6, T=10):
+    g = torch.Generator().manual_seed(seed)
+    logp = (torch.randn(B, T, generator=g) - 1).requires_grad_()
+    old = logp.detach() + 0.3 * torch.randn(B, T, generator=g)
+    ref = logp.detach() + 0.3 * torch.randn(B, T, generator=g)
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    mask[:, 4:8] = True  # positions 0-3: prompt, 8-9: padding
+    adv = torch.randn(B, generator=g)
+    return logp, old, ref, adv, mask
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(ratio_level="gspo"), dict(ratio_level="sequence"),
+                                dict(kl=0.1, kl_estimator="k1", kl_level="sequence"), dict(kl=0.1),
+                                dict(objective="cispo", clip_high=0.28), dict(loss_agg="token_mean"),
+                                dict(loss_agg="constant", dual_clip=3.0)])
+def test_prompt_and_padding_never_contribute(kw):
+    cfg = GRPOConfig(**kw)
+    logp, old, ref, adv, mask = loss_inputs()
+    loss, stats = grpo_loss(logp, old, ref, adv, mask, cfg)
+    loss.backward()
+    assert (logp.grad[~mask] == 0).all() and (logp.grad[mask] != 0).any()
+    logp2 = logp.detach().clone()
+    logp2[~mask] = torch.randn(int((~mask).sum())) * 10  # change only prompt / padding positions
+    old2, ref2 = old.clone(), ref.clone()
+    old2[~mask], ref2[~mask] = 5.0, -7.0
+    loss2, stats2 = grpo_loss(logp2, old2, ref2, adv, mask, cfg)
+    assert loss2.item() == pytest.approx(loss.item(), rel=1e-6)
+    for k in stats:
+        assert stats2[k].item() == pytest.approx(stats[k].item(), rel=1e-6), k
+
+
+def test_first_on_policy_update_has_ratio_one_and_no_clipping():
+    logp, _, ref, adv, mask = loss_inputs(1)
+    for level in ("token", "gspo", "sequence"):
+        _, stats = grpo_loss(logp, logp.detach(), ref, adv, mask, GRPOConfig(ratio_level=level, clip=0.0))
+        assert stats["ratio_min"].item() == stats["ratio_max"].item() == 1.0
+        assert stats["clip_frac"].item() == 0.0
+
+
+def test_clip_fraction_counts_the_clipped_side():
+    logp = torch.zeros(2, 2)
+    old = torch.log(torch.tensor([[1 / 1.5, 1.0], [1 / 0.5, 1.0]]))  # ratios 1.5 and 0.5
+    adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 2, dtype=torch.bool)
+    _, s = grpo_loss(logp, old, None, adv, mask, GRPOConfig())
+    assert s["clip_frac_high"].item() == pytest.approx(0.25) and s["clip_frac_low"].item() == pytest.approx(0.25)
+    _, s = grpo_loss(logp, old, None, -adv, mask, GRPOConfig())  # wrong-way ratios are not clipped
+    assert s["clip_frac"].item() == 0.0
+
+
+def test_zero_variance_groups():
+    r = torch.tensor([1.0, 1, 0, 1, 0, 0, 0, 0, 2, 2, 2, 2])
+    assert zero_variance_groups(r, 4).tolist() == [False, True, True]
+
+
+# ---------------------------------------------------------------- with a model
+
+@pytest.fixture(scope="module")
+def enc():
+    return build_tokenizer({"merges": []})
+
+
+def tiny_model(enc, seed=0):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=enc.n_vocab, max_seq_len=48, n_layer=1, n_head=2, d_model=32))
+
+
+def digit_first_reward(monkeypatch):
+    """A trivially learnable reward: 1 when the completion starts with a digit."""
+    def score(text, answer, n_tokens, **kw):
+        r = float(text[:1].isdigit())
+        return {"total": r, "correct": r, "format": 0.0, "overlong": 0.0}
+    monkeypatch.setattr(rewards, "score", score)
+
+
+def test_dynamic_sampling_keeps_only_groups_with_variance(enc, monkeypatch):
+    digit_first_reward(monkeypatch)
+    model = tiny_model(enc)
+    stream = tasks.problems("easy", 0)
+    cfg = GRPOConfig(group_size=4, max_new_tokens=3, dynamic_sampling=True, max_sampling_rounds=4, temperature=3.0)
+    batch, zero_frac = grpo.sample_batch(model, enc, lambda: next(stream), 8, cfg, torch.Generator().manual_seed(0))
+    assert len(batch["rewards"]) % 4 == 0 and len(batch["rewards"]) <= 32
+    assert not zero_variance_groups(batch["rewards"], 4).any()
+    assert 0 < zero_frac < 1
+    assert batch["tokens"].shape[0] == len(batch["texts"]) == len(batch["problems"])
+
+
+def test_grpo_learns_a_trivial_reward(enc, monkeypatch):
+    digit_first_reward(monkeypatch)
+    model = tiny_model(enc)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    stream = tasks.problems("easy", 0)
+    cfg = GRPOConfig(group_size=8, max_new_tokens=3, temperature=1.0, mu=2)
+    gen = torch.Generator().manual_seed(0)
+    rewards_seen = []
+    for _ in range(40):
+        _, stats = grpo.grpo_step(model, None, opt, enc, lambda: next(stream), 16, cfg, gen)
+        rewards_seen.append(stats["reward"])
+        assert all(math.isfinite(v) for v in stats.values())
+    first, last = sum(rewards_seen[:5]) / 5, sum(rewards_seen[-5:]) / 5
+    assert first < 0.2 and last > 0.6, (first, last)
+
+
+def test_nan_guard_fires_before_the_update(enc, monkeypatch):
+    digit_first_reward(monkeypatch)
+    real = grpo.token_logprobs
+    monkeypatch.setattr(grpo, "token_logprobs", lambda *a, **k: tuple(x * float("nan") for x in real(*a, **k)))
+    model = tiny_model(enc)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    stream = tasks.problems("easy", 0)
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        grpo.grpo_step(model, None, opt, enc, lambda: next(stream), 2, GRPOConfig(group_size=2, max_new_tokens=2),
+                       torch.Generator().manual_seed(0))
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k  # the weights were not touched

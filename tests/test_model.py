@@ -1,0 +1,114 @@
+"""The GPT: KV-cache sampling equals full recompute, ragged prompts, EOS, checkpoints."""
+import pytest
+import torch
+
+from model import GPT, CheckpointError, GPTConfig, filter_logits, generate, load_checkpoint, save_checkpoint
+
+EOS = 60
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=64, max_seq_len=48, n_layer=2, n_head=2, d_model=32)).eval()
+    with torch.no_grad():  # larger weights than init: sharper, more varied distributions
+        for p in m.parameters():
+            p.mul_(8.0) if p.dim() > 1 else None
+    return m
+
+
+def prompts(seed=0, n=6):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 59, (int(torch.randint(1, 9, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize("kw", [dict(greedy=True), dict(temperature=1.0), dict(temperature=0.7, top_k=10, top_p=0.9)])
+def test_kv_cache_equals_full_recompute(model, kw):
+    ps = prompts(1)
+    outs = []
+    for use_cache in (True, False):
+        g = torch.Generator().manual_seed(123)
+        outs.append(generate(model, ps, 20, EOS, generator=g, use_cache=use_cache, **kw))
+    for key in ("tokens", "mask", "completion_mask", "truncated"):
+        assert torch.equal(outs[0][key], outs[1][key]), key
+
+
+def test_ragged_batch_equals_one_at_a_time(model):
+    ps = prompts(2)
+    batch = generate(model, ps, 15, EOS, greedy=True)
+    P = batch["prompt_len"]
+    for i, p in enumerate(ps):
+        one = generate(model, [p], 15, EOS, greedy=True)
+        n = one["tokens"].shape[1] - len(p)
+        assert batch["tokens"][i, P:P + n].tolist() == one["tokens"][0, len(p):].tolist()
+        assert batch["tokens"][i, P - len(p):P].tolist() == p
+        assert not batch["mask"][i, :P - len(p)].any()  # left padding is not a token
+
+
+def test_left_padding_does_not_change_logits(model):
+    p = prompts(3, 1)[0]
+    padded = torch.tensor([[0] * 5 + p])
+    mask = torch.tensor([[False] * 5 + [True] * len(p)])
+    a = model(torch.tensor([p]))[0]
+    b = model(padded, mask)[0, 5:]
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_eos_stops_rows_independently(model):
+    ps = prompts(4, 8)
+    free = generate(model, ps, 20, eos_id=63, greedy=True)  # 63 is never in the top: no stop
+    P = free["prompt_len"]
+    rows = free["tokens"][:, P:].tolist()
+
+    def stops(tok):
+        return [r.index(tok) if tok in r else None for r in rows]
+    eos = max(set(sum(rows, [])), key=lambda tok: len(set(stops(tok))))  # rows stop at different places
+    assert len(set(stops(eos))) >= 3
+    out = generate(model, ps, 20, eos_id=eos, greedy=True)
+    for i in range(len(ps)):
+        row, gen = free["tokens"][i, P:].tolist(), out["tokens"][i, P:]
+        stop = row.index(eos) if eos in row else None
+        n = len(row) if stop is None else stop + 1
+        assert gen[:n].tolist() == row[:n]  # identical until its own end-of-text
+        assert out["completion_mask"][i, P:].sum().item() == n
+        assert bool(out["truncated"][i]) == (stop is None)
+        assert (gen[n:] == eos).all()  # padding after the end
+
+
+def test_seeded_sampling_is_reproducible(model):
+    a = generate(model, prompts(5), 20, EOS, generator=torch.Generator().manual_seed(9))
+    b = generate(model, prompts(5), 20, EOS, generator=torch.Generator().manual_seed(9))
+    c = generate(model, prompts(5), 20, EOS, generator=torch.Generator().manual_seed(10))
+    assert torch.equal(a["tokens"], b["tokens"]) and not torch.equal(a["tokens"], c["tokens"])
+
+
+def test_filter_logits_top_k_and_top_p():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(filter_logits(logits, top_k=2)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_logits(logits, top_p=0.7)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_logits(logits, top_p=0.5)).tolist() == [[False, True, True, True]]
+    assert torch.isinf(filter_logits(logits, top_p=0.81)).tolist() == [[False, False, False, True]]
+
+
+def test_hidden_states_times_head_are_the_logits(model):
+    x = torch.tensor([prompts(6, 1)[0]])
+    torch.testing.assert_close(model(x, hidden=True) @ model.lm_head_weight.t(), model(x))
+
+
+def test_checkpoint_roundtrip_and_clear_errors(model, tmp_path):
+    path = str(tmp_path / "m.pt")
+    save_checkpoint(path, model, {"tokenizer": {"merges": []}})
+    loaded, ckpt = load_checkpoint(path)
+    assert ckpt["tokenizer"] == {"merges": []}
+    x = torch.tensor([[1, 2, 3]])
+    assert torch.equal(loaded.eval()(x), model(x))
+    with pytest.raises(CheckpointError, match="checkpoint not found"):
+        load_checkpoint(str(tmp_path / "missing.pt"))
+    (tmp_path / "bad.pt").write_bytes(open(path, "rb").read()[:100])  # truncated file
+    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
+        load_checkpoint(str(tmp_path / "bad.pt"))
+    ckpt["model_config"]["d_model"] = 64  # a checkpoint written for another config
+    torch.save(ckpt, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="does not match"):
+        load_checkpoint(str(tmp_path / "other.pt"))
