@@ -86,62 +86,76 @@ def _target_in_chunk(targets, v0, width):
     return local.clamp(0, width - 1).unsqueeze(1), inside  # (N, 1), (N,)
 
 
+def _chunk_stats(hidden, w_chunk, targets, v0, temperature):
+    """Statistics of one chunk of logits: max, sum exp(z - max), sum exp(z - max)(z - max),
+    each (N,), and the target logit (0 where the target is elsewhere) with a mask (N,)."""
+    z = _chunk_logits(hidden, w_chunk, temperature)  # (N, C)
+    col, inside = _target_in_chunk(targets, v0, z.shape[1])
+    z_t = z.gather(1, col).squeeze(1)  # (N,)
+    m = z.amax(1)  # (N,)
+    u = z.sub_(m.unsqueeze(1))  # (N, C) z - m, in place
+    e = u.exp()  # (N, C)
+    s = e.sum(1)
+    a = e.mul_(u).sum(1)
+    return (m, s, a), (z_t, inside)  # the (N, C) buffers die here, before the next chunk
+
+
+def _merge(x, y):
+    """Online log-sum-exp: combine the (max, sum, sum*shifted-z) of two disjoint vocab sets."""
+    (m1, s1, a1), (m2, s2, a2) = x, y
+    m = torch.maximum(m1, m2)
+    d1, d2 = m1 - m, m2 - m  # (N,) <= 0: how far each old max lies below the new one
+    e1, e2 = d1.exp(), d2.exp()
+    # every term's (z - m_old) becomes (z - m_old) + (m_old - m): a grows by d * s
+    return m, e1 * s1 + e2 * s2, e1 * (a1 + d1 * s1) + e2 * (a2 + d2 * s2)
+
+
 def _forward_stats(hidden, weight, targets, temperature, chunk):
     """One pass over vocabulary chunks -> lse (N,), entropy (N,), target logit (N,), all fp32."""
-    N, V = hidden.shape[0], weight.shape[0]
-    f32 = dict(device=hidden.device, dtype=_upcast(hidden[:0]).dtype)
-    m = torch.full((N,), float("-inf"), **f32)  # running max
-    s = torch.zeros(N, **f32)  # sum exp(z - m)
-    a = torch.zeros(N, **f32)  # sum exp(z - m) (z - m)
-    z_t = torch.zeros(N, **f32)  # logit of the target
-    for v0 in range(0, V, chunk):
-        z = _chunk_logits(hidden, weight[v0:v0 + chunk], temperature)  # (N, C)
-        col, inside = _target_in_chunk(targets, v0, z.shape[1])
-        z_t = torch.where(inside, z.gather(1, col).squeeze(1), z_t)
-        m_new = torch.maximum(m, z.amax(1))  # (N,)
-        shift = m - m_new  # (N,) <= 0; -inf on the first chunk
-        scale = shift.exp()  # (N,); 0 on the first chunk
-        # (m - m') s is -inf * 0 = nan on the first chunk, where s = 0 anyway
-        a = scale * (a + torch.where(s > 0, shift * s, 0.0))
-        s = scale * s
-        u = z.sub_(m_new.unsqueeze(1))  # (N, C) z - m', in place
-        e = u.exp()  # (N, C)
-        s = s + e.sum(1)
-        a = a + e.mul_(u).sum(1)
-        m = m_new
-    lse = m + s.log()
-    entropy = s.log() - a / s
+    stats, z_t = None, None
+    for v0 in range(0, weight.shape[0], chunk):
+        chunk_stats, (zt_c, inside) = _chunk_stats(hidden, weight[v0:v0 + chunk], targets, v0, temperature)
+        stats = chunk_stats if stats is None else _merge(stats, chunk_stats)
+        z_t = zt_c if z_t is None else torch.where(inside, zt_c, z_t)
+    m, s, a = stats
+    lse = m + s.log()  # log-sum-exp
+    entropy = s.log() - a / s  # H = lse - E_p[z] = log s - E_p[z - m]
     return lse, entropy, z_t
+
+
+def _backward_chunk(hidden, w_chunk, targets, v0, temperature, lse, entropy, dlogp, dent,
+                    grad_hidden, grad_w_chunk):
+    """Recompute one chunk's logits; add its part of grad_hidden (N, d), fill grad_w_chunk (C, d)."""
+    logp = _chunk_logits(hidden, w_chunk, temperature).sub_(lse.unsqueeze(1))  # (N, C) log p
+    p = logp.exp()  # (N, C)
+    # dz = -p * (dlogp + dH (log p + H)), built in the logp buffer
+    if dent is not None:
+        dz = logp.add_(entropy.unsqueeze(1)).mul_(dent.unsqueeze(1))
+        if dlogp is not None:
+            dz.add_(dlogp.unsqueeze(1))
+        dz.mul_(p).neg_()
+    else:
+        dz = p.mul_(dlogp.unsqueeze(1)).neg_()
+    if dlogp is not None:  # + dlogp * onehot(target)
+        col, inside = _target_in_chunk(targets, v0, dz.shape[1])
+        dz.scatter_add_(1, col, torch.where(inside, dlogp, 0.0).unsqueeze(1))
+    if temperature != 1.0:
+        dz.mul_(1.0 / temperature)  # z = hW^T / T
+    dz = dz.to(hidden.dtype)
+    if grad_hidden is not None:
+        grad_hidden += dz @ w_chunk  # (N, d)
+    if grad_w_chunk is not None:
+        torch.mm(dz.t(), hidden, out=grad_w_chunk)  # (C, d)
 
 
 def _backward_chunks(hidden, weight, targets, temperature, chunk, lse, entropy, dlogp, dent,
                      want_hidden=True, want_weight=True):
-    """Recompute each chunk's logits and accumulate grad_hidden, fill grad_weight chunk by chunk."""
-    N, V = hidden.shape[0], weight.shape[0]
+    """Loop of _backward_chunk over the vocabulary -> grad_hidden (N, d), grad_weight (V, d)."""
     grad_hidden = _upcast(torch.zeros_like(hidden)) if want_hidden else None  # (N, d) fp32 accumulator
     grad_weight = torch.empty_like(weight) if want_weight else None  # (V, d)
-    for v0 in range(0, V, chunk):
-        w_chunk = weight[v0:v0 + chunk]  # (C, d)
-        logp = _chunk_logits(hidden, w_chunk, temperature).sub_(lse.unsqueeze(1))  # (N, C) log p
-        p = logp.exp()  # (N, C)
-        # dz = -p * (dlogp + dH (log p + H)), built in the logp buffer
-        if dent is not None:
-            dz = logp.add_(entropy.unsqueeze(1)).mul_(dent.unsqueeze(1))
-            if dlogp is not None:
-                dz.add_(dlogp.unsqueeze(1))
-            dz.mul_(p).neg_()
-        else:
-            dz = p.mul_(dlogp.unsqueeze(1)).neg_()
-        if dlogp is not None:  # + dlogp * onehot(target)
-            col, inside = _target_in_chunk(targets, v0, dz.shape[1])
-            dz.scatter_add_(1, col, torch.where(inside, dlogp, 0.0).unsqueeze(1))
-        if temperature != 1.0:
-            dz.mul_(1.0 / temperature)
-        dz = dz.to(hidden.dtype)
-        if want_hidden:
-            grad_hidden += dz @ w_chunk  # (N, d)
-        if want_weight:
-            torch.mm(dz.t(), hidden, out=grad_weight[v0:v0 + chunk])  # (C, d)
+    for v0 in range(0, weight.shape[0], chunk):
+        _backward_chunk(hidden, weight[v0:v0 + chunk], targets, v0, temperature, lse, entropy,
+                        dlogp, dent, grad_hidden, None if grad_weight is None else grad_weight[v0:v0 + chunk])
     return None if grad_hidden is None else grad_hidden.to(hidden.dtype), grad_weight
 
 
