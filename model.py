@@ -27,7 +27,7 @@ import torch.nn.functional as F
 class GPTConfig:
     vocab_size: int = 287
     max_seq_len: int = 96
-    n_layer: int = 4
+    n_layer: int = 2
     n_head: int = 4
     d_model: int = 128
 

@@ -9,11 +9,13 @@ GRPO's verifiable reward needs.
     reasoning   <think>7+5=12 12-3=9 9*2=18</think>\\boxed{18}
     direct      \\boxed{18}
 
-    prompt      Evaluate left to right: 8*9-6
-    reasoning   <think>8*9=72 72-6=66</think>\\boxed{66}
+    prompt      Evaluate left to right: 4*6-9+2
+    reasoning   <think>4*6=24 24-9=15 15+2=17</think>\\boxed{17}
 
-Intermediate values stay in 0..99 (an operand is only drawn where the running value
-allows it), so every step is a one- or two-digit fact a tiny model can learn.
+Intermediate values stay in 0..30 (an operand is only drawn where the running value
+allows it), so every step is one of ~500 small facts that a 2-layer model learns in a
+couple of CPU minutes. (With 0..99 there are ~2,000 facts and the warm start needs
+several times longer: the step-by-step reasoning came out right but the sums wrong.)
 
 Difficulty = number of operations, selected by name (`LEVELS`). The held-out split is
 decided by a hash of the expression (`is_eval`), not by a seed, so an eval problem can
@@ -39,7 +41,7 @@ LEVELS = {  # name -> (min ops, max ops)
     "hard": (3, 4),
     "mixed": (1, 4),
 }
-MAX_VALUE = 99  # every intermediate result stays in 0..MAX_VALUE
+MAX_VALUE = 30  # every intermediate result stays in 0..MAX_VALUE
 EVAL_SEED = 1234
 EVAL_MOD = 8  # one in EVAL_MOD expressions belongs to the held-out split
 
@@ -111,13 +113,18 @@ def problems(level, seed, split="train"):
 
 
 def eval_set(level, n=500):
-    """The fixed held-out set: the first n distinct eval-split problems of a level."""
-    out, seen = [], set()
+    """The fixed held-out set: the first n distinct eval-split problems of a level.
+
+    A level with fewer than n distinct eval problems (easy has ~470) gives all it has:
+    we stop once 20,000 draws in a row brought nothing new.
+    """
+    out, seen, stale = [], set(), 0
     for p in problems(level, EVAL_SEED, split="eval"):
+        stale = 0 if p.expr not in seen else stale + 1
         if p.expr not in seen:
             seen.add(p.expr)
             out.append(p)
-        if len(out) == n:
+        if len(out) == n or stale == 20_000:
             return out
 
 
