@@ -9,7 +9,10 @@ Compares, forward ("fwd") and forward + backward ("fwd+bwd"):
   compile  torch.compile of that same function
   ours     kernels.token_logprobs_and_entropy (Triton on CUDA, chunked PyTorch on CPU)
 Columns:
-  ms       median wall time (CPU: perf_counter over --reps runs; GPU: triton do_bench)
+  ms       median wall time (CPU: perf_counter over --reps runs, the implementations
+           taking turns; GPU: triton do_bench)
+  cpu ms   (CPU) median process CPU time, summed over threads: the work done, which
+           other jobs on a shared machine disturb much less than the wall time
   GB/s     minimum traffic / time. Minimum traffic: fwd reads the logits once (N V b bytes);
            fwd+bwd also reads them again and writes their gradient (3 N V b in all).
   %copy    (GPU) GB/s as a share of a device-to-device copy of the logits, measured here
@@ -77,17 +80,24 @@ def min_bytes(N, V, dtype, mode):
     return (N * V * b if mode == "fwd" else 3 * N * V * b) + rows
 
 
-def time_ms(fn, device, reps):
+def time_ms(fns, device, reps):
+    """{name: fn} -> {name: (median wall ms, median CPU ms or None on GPU)}.
+
+    On CPU the functions take turns, rep by rep, so that other jobs on a shared machine
+    slow them alike instead of spoiling whichever happened to run at the wrong moment."""
     if device == "cuda":
         import triton.testing
-        return triton.testing.do_bench(fn, return_mode="median")
-    fn()  # warm-up
-    times = []
+        return {k: (triton.testing.do_bench(fn, return_mode="median"), None) for k, fn in fns.items()}
+    for fn in fns.values():
+        fn()  # warm-up (and compilation)
+    wall, cpu = ({k: [] for k in fns} for _ in range(2))
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
+        for k, fn in fns.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
+    return {k: (1e3 * statistics.median(wall[k]), 1e3 * statistics.median(cpu[k])) for k in fns}
 
 
 # ----------------------------------------------------------------------------- peak memory
@@ -130,15 +140,16 @@ def cpu_peak_bytes(impl, N, V, dtype, mode, use_compile):
 
 
 # ----------------------------------------------------------------------------- table
-HEADER = (f"{'device':>6} {'N':>6} {'V':>7} {'dtype':>5} {'impl':>8} {'mode':>8} {'ms':>9} "
+HEADER = (f"{'device':>6} {'N':>6} {'V':>7} {'dtype':>5} {'impl':>8} {'mode':>8} {'ms':>9} {'cpu ms':>9} "
           f"{'GB/s':>7} {'%copy':>6} {'peak MiB':>9} {'x min':>6}")
 
 
-def row(device, N, V, dtype, impl, mode, ms, peak, copy_gbs):
+def row(device, N, V, dtype, impl, mode, ms, cpu_ms, peak, copy_gbs):
     gbs = min_bytes(N, V, dtype, mode) / (ms * 1e-3) / 1e9
     floor = N * V * DTYPES[dtype].itemsize * (1 if mode == "fwd" else 2)
     pct = f"{100 * gbs / copy_gbs:6.1f}" if copy_gbs else f"{'-':>6}"
-    return (f"{device:>6} {N:>6} {V:>7} {dtype:>5} {impl:>8} {mode:>8} {ms:9.2f} {gbs:7.1f} "
+    cpu = f"{cpu_ms:9.2f}" if cpu_ms is not None else f"{'-':>9}"
+    return (f"{device:>6} {N:>6} {V:>7} {dtype:>5} {impl:>8} {mode:>8} {ms:9.2f} {cpu} {gbs:7.1f} "
             f"{pct} {peak / 2**20:9.1f} {peak / floor:6.2f}")
 
 
@@ -146,7 +157,7 @@ def copy_gbs(logits):
     """Device-to-device copy bandwidth: reads and writes the logits once."""
     dst = torch.empty_like(logits)
     with torch.no_grad():
-        ms = time_ms(lambda: dst.copy_(logits), "cuda", reps=0)
+        ms, _ = time_ms({"copy": lambda: dst.copy_(logits)}, "cuda", reps=0)["copy"]
     return 2 * logits.numel() * logits.element_size() / (ms * 1e-3) / 1e9
 
 
@@ -154,24 +165,28 @@ def bench_case(device, N, V, dtype, impls, args):
     logits, targets, grads = inputs(N, V, dtype, device)
     cgbs = copy_gbs(logits) if device == "cuda" else None
     if cgbs:
-        print(f"{device:>6} {N:>6} {V:>7} {dtype:>5} {'copy':>8} {'':>8} {'':>9} {cgbs:7.1f}")
-    for impl, fn in impls.items():
-        for mode in MODES:
-            run = lambda: step(fn, logits, targets, grads, mode)  # noqa: E731
+        print(f"{device:>6} {N:>6} {V:>7} {dtype:>5} {'copy':>8} {'':>8} {'':>9} {'':>9} {cgbs:7.1f}")
+    for mode in MODES:
+        runs, times = {}, {}
+        for impl, fn in impls.items():
+            runs[impl] = lambda fn=fn: step(fn, logits, targets, grads, mode)
             try:
-                ms = time_ms(run, device, args.reps)
-            except Exception as e:  # torch.compile can fail on some machines: say so, go on
+                runs[impl]()  # torch.compile can fail on some machines: say so, go on
+            except Exception as e:
                 print(f"  {impl} {mode} failed: {type(e).__name__}: {str(e)[:200]}")
-                continue
+                del runs[impl]
+        times = time_ms(runs, device, args.reps)
+        for impl, run in runs.items():
             peak = (gpu_peak_bytes(run, logits) if device == "cuda"
                     else cpu_peak_bytes(impl, N, V, dtype, mode, impl == "compile"))
-            print(row(device, N, V, dtype, impl, mode, ms, peak, cgbs), flush=True)
+            print(row(device, N, V, dtype, impl, mode, *times[impl], peak, cgbs), flush=True)
     del logits, grads
 
 
 def main(args):
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, reps {args.reps}, "
-          f"KERNELS_BACKEND={os.environ.get('KERNELS_BACKEND', 'auto')}")
+          f"KERNELS_BACKEND={os.environ.get('KERNELS_BACKEND', 'auto')}, "
+          f"load average {os.getloadavg()[0]:.1f} (others' jobs inflate the wall time)")
     impls = implementations(not args.no_compile)
     print(HEADER)
     for N, V, dtype in ([(256, 4096, "fp32")] if args.quick else CPU_CASES):

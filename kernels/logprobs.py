@@ -103,6 +103,7 @@ def _fwd_kernel(
         d = scale * d + tl.sum(e, axis=1)
         m = m_new
 
+    d = tl.where(row_ok, d, 1.0)  # padding rows past N: no log(0) (the interpreter would warn)
     log_d = tl.log(d)
     t = tl.load(targets_ptr + rows, mask=row_ok, other=0)                 # (ROWS,) int64
     x_t = tl.load(logits_ptr + rows * stride_row + t, mask=row_ok, other=0.0).to(tl.float32)

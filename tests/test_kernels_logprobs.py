@@ -214,7 +214,7 @@ def test_triton_kernels_under_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
     env.pop("KERNELS_BACKEND", None)
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-W", "ignore::RuntimeWarning", "-k", "triton and not interpreter", __file__],
+                          "-k", "triton and not interpreter", __file__],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     summary = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
