@@ -46,6 +46,7 @@ class Attention(nn.Module):
             cache[0][:, :, start:start + T] = k
             cache[1][:, :, start:start + T] = v
             k, v = cache[0][:, :, :start + T], cache[1][:, :, :start + T]  # (B, H, S, hd)
+            k, v = k.to(q.dtype), v.to(q.dtype)  # the cache is fp32; under bf16 autocast q is not
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 

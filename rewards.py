@@ -1,6 +1,6 @@
 """Rule-based rewards for the arithmetic task: correctness, format, overlong penalty.
 
-A prompt looks like `Q: 7+5-3*2 (left to right)\\nA:` and the policy's completion (decoded
+A prompt looks like `Evaluate left to right: 7+5-3*2\\n` (tasks.py) and the policy's completion (decoded
 text, prompt and end-of-text token excluded) should look like
 
     <think>7+5=12 12-3=9 9*2=18</think>\\boxed{18}

@@ -304,7 +304,8 @@ def resume_state(args):
     saved.resume, saved.threads, saved.device = args.resume, args.threads, args.device
     if args.steps is not None:  # allow extending a finished run
         saved.steps = args.steps
-    truncate_metrics(os.path.join(run_dir, "metrics.jsonl"), state["step"])
+    for name in ("metrics.jsonl", "samples.jsonl"):
+        truncate_metrics(os.path.join(run_dir, name), state["step"])
     print(f"resuming {run_dir} from step {state['step']}")
     return saved, run_dir, state["step"], state
 
