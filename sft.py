@@ -3,15 +3,14 @@
 GRPO can only reinforce what the policy already does sometimes (a group whose answers
 are all wrong has zero advantage everywhere). So before RL we teach the model the task
 by imitation, deliberately leaving room for RL:
-- a share of the examples answer directly, `\\boxed{18}`, with no reasoning; the rest
-  reason inside `<think>...</think>` first. The model learns both habits. Direct answers
-  to long chains are mostly wrong, reasoned ones mostly right, so RL has a clear lesson
-  to find ("always think"), and the format-reward experiment has a format to reward.
-  The share depends on the chain length (`--direct-frac`, default 60% for 1-3
-  operations, 40% for 4), as a person answers short sums in their head: the warm-start
-  policy then reasons on most 4-step chains and answers most 3-step chains directly
-  (badly). With one share for all lengths, its first token is a near coin flip with the
-  same bias for every prompt, and greedy decoding either always or never reasons;
+- a share of the examples (`--direct-frac`, 60%) answer directly, `\\boxed{18}`, with no
+  reasoning; the rest reason inside `<think>...</think>` first. The model learns both
+  habits, and its first token favours answering directly (P(<think>) is about 0.4 for
+  every prompt): greedy decoding never reasons, sampling reasons 40% of the time. Direct
+  answers to long chains are mostly wrong, reasoned ones mostly right, so RL has a clear
+  lesson to find ("always think"), and the format-reward experiment has a format to
+  reward. (At 50% the first token is a coin flip whose bias, the same for every prompt,
+  decides by chance whether greedy decoding always or never reasons.)
 - the warm-start chains are mostly short (`--level mixed`, 1-4 operations) while RL
   trains and evaluates on longer ones (`hard`, 3-4 operations).
 
@@ -40,13 +39,10 @@ DEFAULT_CKPT = "checkpoints/warmstart.pt"
 
 
 def sft_examples(enc, level, seed, direct_frac):
-    """Endless (prompt ids, completion ids) pairs; a share of completions skip the reasoning.
-
-    direct_frac[n - 1] is the share of chains of n operations answered directly.
-    """
+    """Endless (prompt ids, completion ids) pairs; a share of completions skip the reasoning."""
     rng = random.Random(seed + 1)
     for p in tasks.problems(level, seed):
-        think = rng.random() >= direct_frac[min(len(p.steps), len(direct_frac)) - 1]
+        think = rng.random() >= direct_frac
         yield encode_text(enc, p.prompt), encode_completion(enc, p.solution(think)) + [enc.eot_token]
 
 
@@ -88,7 +84,7 @@ def main(args):
     cfg = GPTConfig(vocab_size=enc.n_vocab, n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model)
     model = GPT(cfg)
     print(f"warm start: {count_params(model) / 1e6:.2f}M params, vocab {enc.n_vocab}, {args.steps} steps "
-          f"of {args.batch_size}, level {args.level}, direct answers by chain length {args.direct_frac}")
+          f"of {args.batch_size}, level {args.level}, direct answers {args.direct_frac:.0%}")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     data = sft_examples(enc, args.level, args.seed, args.direct_frac)
     t0, tokens_seen = time.time(), 0
@@ -125,31 +121,18 @@ def main(args):
     return model, enc
 
 
-def fractions(text):
-    """'0.6,0.6,0.4' -> [0.6, 0.6, 0.4], each in [0, 1] (argparse type)."""
-    try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not all(0 <= v <= 1 for v in values):
-        raise argparse.ArgumentTypeError(f"shares must be in [0, 1], got {text!r}")
-    return values
-
-
 def get_parser():
     ap = argparse.ArgumentParser(description="Warm start (SFT) a small GPT on solved problems.",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     # data
     ap.add_argument("--level", default="mixed", help=f"difficulty of warm-start problems ({', '.join(tasks.LEVELS)})")
-    ap.add_argument("--direct-frac", type=fractions, default="0.6,0.6,0.6,0.4",
-                    help="share of examples answered without <think>, for chains of 1,2,3,4... operations "
-                         "(the last value also covers longer chains)")
+    ap.add_argument("--direct-frac", type=float, default=0.6, help="share of examples answered without <think>")
     # model
     ap.add_argument("--n-layer", type=int, default=2, help="transformer blocks")
     ap.add_argument("--n-head", type=int, default=4, help="attention heads")
     ap.add_argument("--d-model", type=int, default=128, help="width")
     # optimisation
-    ap.add_argument("--steps", type=int, default=900, help="optimizer steps")
+    ap.add_argument("--steps", type=int, default=1000, help="optimizer steps")
     ap.add_argument("--batch-size", type=int, default=64, help="sequences per step")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (AdamW)")
     ap.add_argument("--warmup", type=int, default=30, help="linear warmup steps")
@@ -160,7 +143,7 @@ def get_parser():
     ap.add_argument("--pass-k-problems", type=int, default=200, help="eval problems used for pass@k")
     ap.add_argument("--out", default=DEFAULT_CKPT, help="checkpoint path")
     ap.add_argument("--seed", type=int, default=0, help="random seed")
-    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see README, Speed)")
     ap.add_argument("--log-every", type=int, default=50, help="print every N steps")
     return ap
 

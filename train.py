@@ -49,7 +49,7 @@ def get_parser():
     g.add_argument("--init", default=DEFAULT_INIT, help="warm-start checkpoint (built by sft.py if it is the default and missing)")
     g.add_argument("--seed", type=int, default=0, help="seeds problems, sampling and init")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
-    g.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    g.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see README, Speed)")
     g = ap.add_argument_group("task and evaluation")
     g.add_argument("--level", default="hard", help=f"difficulty of RL problems ({', '.join(tasks.LEVELS)})")
     g.add_argument("--eval-size", type=int, default=500, help="held-out problems per evaluation")
@@ -57,7 +57,7 @@ def get_parser():
     g.add_argument("--samples-every", type=int, default=10, help="log a few completions every N steps")
     g.add_argument("--save-every", type=int, default=5, help="write ckpt_latest.pt every N steps")
     g = ap.add_argument_group("rollouts")
-    g.add_argument("--steps", type=int, default=None, help="GRPO steps (default 150; with --resume: the saved value)")
+    g.add_argument("--steps", type=int, default=None, help="GRPO steps (default 100; with --resume: the saved value)")
     g.add_argument("--prompts-per-step", type=int, default=16, help="problems per step")
     g.add_argument("--group-size", type=int, default=8, help="G: completions per problem")
     g.add_argument("--max-new-tokens", type=int, default=40, help="completion length cap (L_max)")
@@ -219,7 +219,7 @@ def main(args):
     if args.resume:
         args, run_dir, start_step, state = resume_state(args)
     else:
-        args.steps = 150 if args.steps is None else args.steps
+        args.steps = 100 if args.steps is None else args.steps
         run_dir = os.path.join(args.runs_dir, args.run_name or time.strftime("%Y%m%d-%H%M%S"))
         if os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
             raise ValueError(f"{run_dir} already has a run: pick another --run-name or --resume {run_dir}")

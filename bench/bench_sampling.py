@@ -45,7 +45,7 @@ def sampling_rate(model, prompts, new_tokens, eos, use_cache):
 
 def training_rate(model, enc, batch_size, steps=5):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    data = sft.sft_examples(enc, "mixed", 0, [0.5])
+    data = sft.sft_examples(enc, "mixed", 0, 0.6)
 
     def run():
         n = 0
