@@ -154,7 +154,7 @@ if __name__ == "__main__":
     p.add_argument("--d", type=int, default=None, help="hidden size")
     p.add_argument("--V", type=int, default=None, help="vocabulary size")
     # what to run
-    p.add_argument("--chunks", type=int, nargs="+", default=[1024, 2048, 4096, 8192],
+    p.add_argument("--chunks", type=int, nargs="+", default=[512, 1024, 2048, 4096],
                    help="vocabulary chunk widths to try for the chunked path")
     p.add_argument("--logits-kernel", action="store_true",
                    help="also time materialised logits through kernels.token_logprobs_and_entropy")

@@ -39,14 +39,21 @@ softmax in one Triton kernel so a chunk of logits never leaves on-chip memory. H
 chunk is a plain torch matmul followed by elementwise ops, which runs on CPU and CUDA
 alike; on CUDA this has NOT been measured against a fused Triton kernel (no GPU was
 available when it was written), so the GPU choice is open. Chunking is over the
-vocabulary only: rows are kept whole so each matmul stays large; the chunk width
-adapts to N (see `_chunk_width`) so that N*C stays bounded.
+vocabulary only: rows are kept whole so each matmul stays large, and the chunk width
+C adapts to N (`_chunk_width`) so N*C stays near CHUNK_ELEMENTS whatever N is. Chunking
+the rows as well would keep tiles cache-sized once C hits its floor of 256 columns
+(N > 8192 on CPU); a CPU probe suggests 1024 x 1024 tiles would also be ~20% faster
+than whole-row chunks, not done here.
 """
 import torch
 import torch.nn.functional as F
 
-# Elements per (N, C) chunk buffer; chosen by measurement in bench/bench_linear.py.
-CHUNK_ELEMENTS = 2**23  # 8M fp32 = 32 MiB per buffer
+# Elements per (N, C) chunk buffer, i.e. C = CHUNK_ELEMENTS / N columns per chunk.
+# CPU: measured with bench/bench_linear.py at N=4096, d=256, V=32768: forward+backward
+# ran fastest at C = 512..1024 (8-16 MiB buffers, about the size of the last-level
+# cache) and ~1.5x slower at C = 4096, where each elementwise pass goes to main memory.
+# CUDA: a guess, NOT measured (no GPU was lent): wider chunks keep the matmuls efficient.
+CHUNK_ELEMENTS = {"cpu": 2**21, "cuda": 2**25}
 
 
 def _upcast(x):
@@ -65,9 +72,10 @@ def linear_logprobs_and_entropy_reference(hidden, weight, targets, temperature=1
 
 
 # ------------------------------------------------------------------ chunked path
-def _chunk_width(n_rows, vocab, chunk_size):
+def _chunk_width(n_rows, vocab, chunk_size, device):
     if chunk_size is None:
-        chunk_size = max(256, CHUNK_ELEMENTS // max(n_rows, 1))
+        budget = CHUNK_ELEMENTS.get(device.type, CHUNK_ELEMENTS["cpu"])
+        chunk_size = max(256, budget // max(n_rows, 1))
     return min(chunk_size, vocab)
 
 
@@ -151,7 +159,8 @@ def _backward_chunk(hidden, w_chunk, targets, v0, temperature, lse, entropy, dlo
 def _backward_chunks(hidden, weight, targets, temperature, chunk, lse, entropy, dlogp, dent,
                      want_hidden=True, want_weight=True):
     """Loop of _backward_chunk over the vocabulary -> grad_hidden (N, d), grad_weight (V, d)."""
-    grad_hidden = _upcast(torch.zeros_like(hidden)) if want_hidden else None  # (N, d) fp32 accumulator
+    acc = dict(dtype=lse.dtype, device=hidden.device)
+    grad_hidden = torch.zeros(hidden.shape, **acc) if want_hidden else None  # (N, d) fp32 accumulator
     grad_weight = torch.empty_like(weight) if want_weight else None  # (V, d)
     for v0 in range(0, weight.shape[0], chunk):
         _backward_chunk(hidden, weight[v0:v0 + chunk], targets, v0, temperature, lse, entropy,
@@ -187,7 +196,7 @@ def linear_logprobs_and_entropy(hidden, weight, targets, temperature=1.0, *, chu
 
     Same values as `token_logprobs_and_entropy(hidden @ weight.T, targets, temperature)`,
     differentiable w.r.t. hidden and weight, but the (N, V) logits never exist at once.
-    chunk_size: vocabulary columns per chunk (default: about CHUNK_ELEMENTS / N).
+    chunk_size: vocabulary columns per chunk (default: CHUNK_ELEMENTS[device] / N, at least 256).
     On CPU and CUDA alike this is the chunked-matmul path (GPU speed unmeasured, see top).
     """
     assert hidden.dtype == weight.dtype, "hidden and weight must share a dtype"
@@ -195,6 +204,6 @@ def linear_logprobs_and_entropy(hidden, weight, targets, temperature=1.0, *, chu
     lead = targets.shape
     hidden2 = hidden.reshape(-1, hidden.shape[-1])  # (N, d)
     targets2 = targets.reshape(-1)  # (N,)
-    chunk = _chunk_width(hidden2.shape[0], weight.shape[0], chunk_size)
+    chunk = _chunk_width(hidden2.shape[0], weight.shape[0], chunk_size, hidden.device)
     logp, entropy = _LinearLogprobsEntropy.apply(hidden2, weight, targets2, float(temperature), chunk)
     return logp.view(lead), entropy.view(lead)
