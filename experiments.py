@@ -18,20 +18,20 @@ import os
 import subprocess
 import sys
 
-COMMON = ["--steps", "60", "--eval-every", "10", "--seed", "0"]
+COMMON = ["--steps", "200", "--eval-every", "20", "--seed", "0"]
 EXPERIMENTS = {
     "baseline": (["--clip", "inf", "--mu", "1", "--kl", "0"], "GRPO without clipping, one update per batch, no KL"),
     "clip": (["--clip", "0.2", "--mu", "2"], "clipped ratio, eps 0.2, two updates per batch (ratio != 1)"),
-    "kl_k3": (["--kl", "0.05", "--kl-estimator", "k3"], "KL to the warm start, k3 per token, beta 0.05"),
-    "kl_naive": (["--kl", "0.05", "--kl-estimator", "k1", "--kl-level", "sequence"],
-                 "the book's naive KL: k1 on summed sequence log-probs, beta 0.05"),
+    "kl_k3": (["--kl", "0.2", "--kl-estimator", "k3"], "KL to the warm start, k3 per token, beta 0.2"),
+    "kl_naive": (["--kl", "0.2", "--kl-estimator", "k1", "--kl-level", "sequence"],
+                 "the book's naive KL: k1 on summed sequence log-probs, beta 0.2"),
     "format": (["--format-weight", "0.5"], "reward = correct + 0.5 * format"),
     "format_gated": (["--format-weight", "0.5", "--gated"], "format bonus only for correct answers"),
     "dapo": (["--mu", "2", "--clip", "0.2", "--clip-high", "0.28", "--loss-agg", "token_mean", "--dynamic-sampling",
               "--kl", "0"], "DAPO: clip-higher 0.28, token-mean loss, dynamic sampling, no KL"),
     "drgrpo": (["--adv-norm", "none", "--loss-agg", "constant"], "Dr. GRPO: no std normalisation, constant normaliser"),
-    "gspo": (["--mu", "2", "--ratio-level", "gspo", "--clip", "0.003", "--clip-high", "0.004"],
-             "GSPO: sequence-level ratio (length-normalised), eps 3e-3 / 4e-3"),
+    "gspo": (["--mu", "2", "--ratio-level", "gspo", "--clip", "3e-4", "--clip-high", "4e-4"],
+             "GSPO: sequence-level ratio (length-normalised), eps 3e-4 / 4e-4 as in the paper"),
 }
 COMPARISONS = {  # figure name -> (runs, metrics to draw)
     "clip": (["baseline", "clip"], "eval_acc,reward,entropy,clip_frac"),

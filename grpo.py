@@ -78,21 +78,20 @@ def rollout(model, enc, problems, cfg, generator):
     (the G samples of a prompt are adjacent rows), truncated (B,), rewards (B,) and
     each reward component (B,), and the decoded texts.
     """
-    G = cfg.group_size
-    prompts = [encode_text(enc, p.prompt) for p in problems for _ in range(G)]
+    repeated = [p for p in problems for _ in range(cfg.group_size)]  # each prompt G times, adjacent
     model.eval()
-    out = generate(model, prompts, cfg.max_new_tokens, enc.eot_token, cfg.temperature, cfg.top_k,
-                   cfg.top_p, generator)
+    out = generate(model, [encode_text(enc, p.prompt) for p in repeated], cfg.max_new_tokens, enc.eot_token,
+                   cfg.temperature, cfg.top_k, cfg.top_p, generator)
     model.train()
     texts = decode_completions(enc, out)
     n_tokens = out["completion_mask"].sum(1).tolist()
     scores = [rewards.score(t, p.answer, n, format_weight=cfg.format_weight, gated=cfg.gated,
                             max_len=cfg.max_new_tokens, overlong_cache=cfg.overlong_cache)
-              for t, p, n in zip(texts, (p for p in problems for _ in range(G)), n_tokens)]
-    for key in ("total", "correct", "format", "overlong"):
+              for t, p, n in zip(texts, repeated, n_tokens)]
+    out["rewards"] = torch.tensor([s["total"] for s in scores])  # (B,)
+    for key in ("correct", "format", "overlong"):
         out["reward_" + key] = torch.tensor([s[key] for s in scores])  # (B,)
-    out["rewards"] = out.pop("reward_total")
-    out["texts"], out["problems"] = texts, [p for p in problems for _ in range(G)]
+    out["texts"], out["problems"] = texts, repeated
     return out
 
 

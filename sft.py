@@ -11,8 +11,8 @@ by imitation, deliberately leaving room for RL:
   lesson to find ("always think"), and the format-reward experiment has a format to
   reward. (At 50% the first token is a coin flip whose bias, the same for every prompt,
   decides by chance whether greedy decoding always or never reasons.)
-- the warm-start chains are mostly short (`--level mixed`, 1-4 operations) while RL
-  trains and evaluates on longer ones (`hard`, 3-4 operations).
+- the warm-start chains are mostly short (`--level mixed`: 1-4 operations, 70% of them
+  1-2) while RL trains and evaluates on longer ones (`medium`: 2-3 operations).
 
     python sft.py                      # ~2 min on 2 CPU cores -> checkpoints/warmstart.pt
     python sft.py --steps 50 --out /tmp/tiny.pt
@@ -137,7 +137,7 @@ def get_parser():
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (AdamW)")
     ap.add_argument("--warmup", type=int, default=30, help="linear warmup steps")
     # evaluation and output
-    ap.add_argument("--eval-level", default="hard", help="difficulty of the RL eval set")
+    ap.add_argument("--eval-level", default="medium", help="difficulty of the RL eval set")
     ap.add_argument("--eval-size", type=int, default=500, help="held-out problems for greedy accuracy")
     ap.add_argument("--pass-k", type=int, default=8, help="report pass@k at temperature 1 (0: skip)")
     ap.add_argument("--pass-k-problems", type=int, default=200, help="eval problems used for pass@k")

@@ -35,11 +35,11 @@ from dataclasses import dataclass
 
 PROMPT_TEMPLATE = "Evaluate left to right: {expr}\n"  # the one prompt template
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-LEVELS = {  # name -> (min ops, max ops)
-    "easy": (1, 2),
-    "medium": (2, 3),
-    "hard": (3, 4),
-    "mixed": (1, 4),
+LEVELS = {  # name -> relative frequency of chains of 1, 2, 3, 4 operations
+    "easy": (1, 1, 0, 0),
+    "medium": (0, 1, 1, 0),
+    "hard": (0, 0, 1, 1),
+    "mixed": (4, 3, 2, 1),  # the warm start: mostly short chains, a few long ones
 }
 MAX_VALUE = 30  # every intermediate result stays in 0..MAX_VALUE
 EVAL_SEED = 1234
@@ -104,10 +104,10 @@ def is_eval(expr):
 
 def problems(level, seed, split="train"):
     """Endless deterministic stream of problems of one split (train or eval)."""
-    lo, hi = check_level(level)
+    weights = check_level(level)
     rng = random.Random(seed)
     while True:
-        p = make_problem(rng, rng.randint(lo, hi))
+        p = make_problem(rng, rng.choices(range(1, len(weights) + 1), weights)[0])
         if is_eval(p.expr) == (split == "eval"):
             yield p
 

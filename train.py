@@ -51,7 +51,7 @@ def get_parser():
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
     g.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see README, Speed)")
     g = ap.add_argument_group("task and evaluation")
-    g.add_argument("--level", default="hard", help=f"difficulty of RL problems ({', '.join(tasks.LEVELS)})")
+    g.add_argument("--level", default="medium", help=f"difficulty of RL problems ({', '.join(tasks.LEVELS)})")
     g.add_argument("--eval-size", type=int, default=500, help="held-out problems per evaluation")
     g.add_argument("--eval-every", type=int, default=10, help="evaluate (greedy) every N steps")
     g.add_argument("--samples-every", type=int, default=10, help="log a few completions every N steps")
