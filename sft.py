@@ -132,7 +132,7 @@ def get_parser():
     ap.add_argument("--n-head", type=int, default=4, help="attention heads")
     ap.add_argument("--d-model", type=int, default=128, help="width")
     # optimisation
-    ap.add_argument("--steps", type=int, default=1000, help="optimizer steps")
+    ap.add_argument("--steps", type=int, default=1400, help="optimizer steps")
     ap.add_argument("--batch-size", type=int, default=64, help="sequences per step")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (AdamW)")
     ap.add_argument("--warmup", type=int, default=30, help="linear warmup steps")
