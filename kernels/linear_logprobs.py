@@ -49,11 +49,14 @@ import torch
 import torch.nn.functional as F
 
 # Elements per (N, C) chunk buffer, i.e. C = CHUNK_ELEMENTS / N columns per chunk.
-# CPU: measured with bench/bench_linear.py at N=4096, d=256, V=32768: forward+backward
-# ran fastest at C = 512..1024 (8-16 MiB buffers, about the size of the last-level
-# cache) and ~1.5x slower at C = 4096, where each elementwise pass goes to main memory.
+# CPU: measured with bench/bench_linear.py at N=4096, d=256, V=32768 on a shared 2-core
+# machine. With 1 thread C=512 was fastest (forward+backward 0.52x the materialised time,
+# C=4096 0.74x): its 8 MiB buffers stay in cache. With 2 threads on the busy machine,
+# C=512's forward alone was 1.9x slower than materialised (each of its ~450 small
+# parallel ops waits for a descheduled thread) while C=4096 stayed at 0.78x. So the
+# default is the robust C=4096 there (64 MiB buffers, 7% of the materialised peak).
 # CUDA: a guess, NOT measured (no GPU was lent): wider chunks keep the matmuls efficient.
-CHUNK_ELEMENTS = {"cpu": 2**21, "cuda": 2**25}
+CHUNK_ELEMENTS = {"cpu": 2**24, "cuda": 2**25}
 
 
 def _upcast(x):
