@@ -42,7 +42,7 @@ available when it was written), so the GPU choice is open. Chunking is over the
 vocabulary only: rows are kept whole so each matmul stays large, and the chunk width
 C adapts to N (`_chunk_width`) so N*C stays near CHUNK_ELEMENTS whatever N is. Chunking
 the rows as well would keep tiles cache-sized once C hits its floor of 256 columns
-(N > 8192 on CPU); a CPU probe suggests 1024 x 1024 tiles would also be ~20% faster
+(N > 65536 on CPU); a CPU probe suggests 1024 x 1024 tiles would also be ~20% faster
 than whole-row chunks, not done here.
 """
 import torch
