@@ -22,9 +22,9 @@ COMMON = ["--steps", "200", "--eval-every", "20", "--seed", "0"]
 EXPERIMENTS = {
     "baseline": (["--clip", "inf", "--mu", "1", "--kl", "0"], "GRPO without clipping, one update per batch, no KL"),
     "clip": (["--clip", "0.2", "--mu", "2"], "clipped ratio, eps 0.2, two updates per batch (ratio != 1)"),
-    "kl_k3": (["--kl", "0.2", "--kl-estimator", "k3"], "KL to the warm start, k3 per token, beta 0.2"),
-    "kl_naive": (["--kl", "0.2", "--kl-estimator", "k1", "--kl-level", "sequence"],
-                 "the book's naive KL: k1 on summed sequence log-probs, beta 0.2"),
+    "kl_k3": (["--kl", "1.0", "--kl-estimator", "k3"], "KL to the warm start, k3 per token, beta 1"),
+    "kl_naive": (["--kl", "1.0", "--kl-estimator", "k1", "--kl-level", "sequence"],
+                 "the book's naive KL: k1 on summed sequence log-probs, beta 1"),
     "format": (["--format-weight", "0.5"], "reward = correct + 0.5 * format"),
     "format_gated": (["--format-weight", "0.5", "--gated"], "format bonus only for correct answers"),
     "dapo": (["--mu", "2", "--clip", "0.2", "--clip-high", "0.28", "--loss-agg", "token_mean", "--dynamic-sampling",
