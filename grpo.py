@@ -368,10 +368,10 @@ def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generat
         opt.step()
         stats["grad_norm"], stats["entropy"] = grad_norm, masked_mean(entropy.detach(), loss_mask)
         per_inner.append({k: float(v.detach()) for k, v in stats.items()})
-    return batch, step_stats(batch, adv, per_inner, loss_mask, zero_frac)
+    return batch, step_stats(batch, adv, per_inner, zero_frac)
 
 
-def step_stats(batch, adv, per_inner, loss_mask, zero_frac):
+def step_stats(batch, adv, per_inner, zero_frac):
     """Average the inner steps' statistics (ratio min/max over all) and add batch statistics."""
     out = {k: sum(s[k] for s in per_inner) / len(per_inner) for k in per_inner[0]}
     out["ratio_min"] = min(s["ratio_min"] for s in per_inner)

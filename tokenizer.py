@@ -6,7 +6,7 @@ ranks we make ourselves:
 - then a few BPE merges learned from the problem corpus (`learn_merges`). The split
   pattern keeps every digit its own piece, so numbers stay digit-by-digit (arithmetic is
   much easier to learn that way) while boilerplate like "Evaluate" or "\\boxed{" becomes
-  one token each and sequences get ~35% shorter;
+  one token each and a solved problem is 41% fewer tokens than with bytes alone;
 - then the special tokens `<|endoftext|>`, `<think>`, `</think>`, one id each.
 
 Special tokens in user text: prompts are encoded with `encode_text`, which treats the

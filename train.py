@@ -1,6 +1,6 @@
 """Train a reasoning policy with GRPO: the command line users run.
 
-    python train.py                              # warm start (once, cached) + GRPO, ~7 min on 2 CPU cores
+    python train.py                              # warm start (once, cached) + GRPO, ~3 min on 2 CPU cores
     python train.py --clip 0.2 --kl 0.0 --mu 2 --run-name clip
     python train.py --resume runs/clip           # continue after an interruption
     python plot.py runs/clip                     # the chapter's panels
