@@ -87,7 +87,7 @@ def main(args):
           f"of {args.batch_size}, level {args.level}, direct answers {args.direct_frac:.0%}")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     data = sft_examples(enc, args.level, args.seed, args.direct_frac)
-    t0, tokens_seen = time.time(), 0
+    t0, tokens_seen, losses = time.time(), 0, []
     for step in range(args.steps):
         x, y, mask, loss_mask = make_batch([next(data) for _ in range(args.batch_size)], enc.eot_token)
         logits = model(x, mask)  # (B, T, V)
@@ -99,6 +99,7 @@ def main(args):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         tokens_seen += int(mask.sum())
+        losses.append(loss.item())
         if step % args.log_every == 0 or step == args.steps - 1:
             el = time.time() - t0
             eta = el / (step + 1) * (args.steps - step - 1)
@@ -118,7 +119,7 @@ def main(args):
             "sft_args": vars(args), "sft_eval": {"accuracy": acc["accuracy"], "format": acc["format"]}}
     save_checkpoint(args.out, model, meta)
     print(f"saved {args.out}")
-    return model, enc
+    return model, enc, losses
 
 
 def get_parser():

@@ -45,7 +45,8 @@ def get_parser():
     g = ap.add_argument_group("run")
     g.add_argument("--run-name", default=None, help="folder under runs/ (default: a timestamp)")
     g.add_argument("--runs-dir", default="runs", help="where run folders live")
-    g.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue runs/<name> from its latest checkpoint")
+    g.add_argument("--resume", default=None, metavar="RUN_DIR",
+                   help="continue runs/<name> from its latest checkpoint, with its saved flags (only --steps, --threads, --device apply)")
     g.add_argument("--init", default=DEFAULT_INIT, help="warm-start checkpoint (built by sft.py if it is the default and missing)")
     g.add_argument("--seed", type=int, default=0, help="seeds problems, sampling and init")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")

@@ -18,11 +18,31 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
-def warm(tmp_path_factory):
+def warm_and_losses(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("warm") / "tiny.pt")
-    sft.main(sft.get_parser().parse_args(["--steps", "20", "--n-layer", "1", "--d-model", "32", "--n-head", "2",
-                                          "--eval-size", "8", "--pass-k", "0", "--out", path, "--threads", "1"]))
-    return path
+    _, _, losses = sft.main(sft.get_parser().parse_args(
+        ["--steps", "40", "--n-layer", "1", "--d-model", "32", "--n-head", "2", "--warmup", "5",
+         "--eval-size", "8", "--pass-k", "0", "--out", path, "--threads", "1"]))
+    return path, losses
+
+
+@pytest.fixture(scope="module")
+def warm(warm_and_losses):
+    return warm_and_losses[0]
+
+
+def test_tiny_warm_start_lowers_the_loss(warm_and_losses):
+    _, losses = warm_and_losses
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < 0.6 * first, (first, last)
+
+
+def test_checkpoint_for_another_tokenizer_is_refused(warm, tmp_path):
+    ckpt = torch.load(warm, weights_only=False)
+    ckpt["tokenizer"] = {"merges": []}  # bytes only: 259 tokens, the model has more
+    torch.save(ckpt, tmp_path / "other_tok.pt")
+    with pytest.raises(CheckpointError, match="tokenizer has 259 tokens"):
+        train.main(args_for(str(tmp_path / "other_tok.pt"), tmp_path))
 
 
 def args_for(warm, tmp_path, *extra):
