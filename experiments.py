@@ -12,11 +12,12 @@ type. Each question of the chapter gets one figure made by plot.py (COMPARISONS)
 response-length trends, clip fraction, KL) that the README copies.
 """
 import argparse
-import json
 import math
 import os
 import subprocess
 import sys
+
+import plot
 
 COMMON = ["--steps", "200", "--eval-every", "20", "--seed", "0"]
 EXPERIMENTS = {
@@ -57,17 +58,6 @@ def figures(runs_dir, out_dir):
                             "--out", os.path.join(out_dir, f"exp_{fig}.png")], check=True)
 
 
-def read_metrics(path):
-    rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                pass  # a cut last line: plot.py warns about it, the table just skips it
-    return rows
-
-
 def mean(xs):
     xs = [x for x in xs if x is not None and math.isfinite(x)]
     return sum(xs) / len(xs) if xs else float("nan")
@@ -94,7 +84,7 @@ def table(runs_dir):
         path = os.path.join(runs_dir, name, "metrics.jsonl")
         if not os.path.exists(path):
             continue
-        s = summary(read_metrics(path))
+        s = summary(plot.read_metrics(path))  # skips (and warns about) a cut last line
         if not lines:
             lines += ["| experiment | " + " | ".join(s) + " |", "|---" * (len(s) + 1) + "|"]
         lines.append(f"| {name} | " + " | ".join(s.values()) + " |")
