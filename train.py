@@ -160,9 +160,14 @@ def versions():
     return out
 
 
+def step_seed(seed, step):
+    """The seed of step `step`'s problems and sampling noise: a pure function of (seed,
+    step), so a resumed run draws exactly what the uninterrupted one would have."""
+    return seed * 1_000_003 + step
+
+
 def problem_source(level, seed, step):
-    """Problems of step `step`, a pure function of (seed, step) so resume is exact."""
-    stream = tasks.problems(level, seed * 1_000_003 + step)
+    stream = tasks.problems(level, step_seed(seed, step))
     return lambda: next(stream)
 
 
@@ -229,14 +234,13 @@ def main(args):
     model, enc, init_ckpt = load_init(args)
     model.to(device)
     cfg = grpo_config(args)
+    ref_model = None
+    if cfg.kl > 0:  # a frozen copy of the warm start; none at all when beta = 0
+        ref_model = copy.deepcopy(model).eval().requires_grad_(False)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
-    ref_model = None
-    if cfg.kl > 0:  # a frozen copy of the warm start; none at all when beta = 0
-        ref_model = copy.deepcopy(model if state is None else load_init(args)[0].to(device)).eval()
-        ref_model.requires_grad_(False)
     os.makedirs(run_dir, exist_ok=True)
     metrics_path, samples_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "samples.jsonl")
     config = {**vars(args), "grpo": asdict(cfg), "device": device,
@@ -266,7 +270,7 @@ def main(args):
     t0, step_times = time.time(), []
     for step in range(start_step + 1, args.steps + 1):
         ts = time.time()
-        gen.manual_seed(args.seed * 1_000_003 + step)
+        gen.manual_seed(step_seed(args.seed, step))
         try:
             with autocast(device):
                 batch, stats = grpo.grpo_step(model, ref_model, opt, enc, problem_source(args.level, args.seed, step),
