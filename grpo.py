@@ -27,98 +27,118 @@ Departures from the book, and why:
 - Log-probs and entropy come from fused kernels (kernels/) that never materialise a
   (N, V) log-softmax, and, by default, never the (N, V) logits either.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 import rewards
 from kernels import linear_logprobs_and_entropy, token_logprobs_and_entropy
 from model import generate
-from tokenizer import encode_text
+from tokenizer import decode_completions, encode_text
+
+
+def knob(group, default, help, choices=None, type=None):
+    """A GRPOConfig field and its command-line flag: train.py makes `--field-name` from
+    it, so the default here is the only one (edit it and `python train.py` follows)."""
+    return field(default=default, metadata={"group": group, "help": help, "choices": choices, "type": type})
 
 
 @dataclass
 class GRPOConfig:
     # rollouts
-    group_size: int = 8  # G completions per prompt
-    max_new_tokens: int = 40
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    group_size: int = knob("rollouts", 8, "G: completions per prompt")
+    max_new_tokens: int = knob("rollouts", 40, "completion length cap (L_max)")
+    temperature: float = knob("rollouts", 1.0, "sampling temperature (also used in log-probs)")
+    top_p: float = knob("rollouts", 1.0, "nucleus sampling")
+    top_k: int = knob("rollouts", 0, "top-k sampling (0: off)")
     # rewards
-    format_weight: float = 0.0  # total = correct + w * format
-    gated: bool = False  # format counts only when the answer is correct
-    overlong_cache: int = 0  # DAPO soft overlong penalty over the last L_cache tokens (0: off)
+    format_weight: float = knob("rewards", 0.0, "w in reward = correct + w * format")
+    gated: bool = knob("rewards", False, "format reward only for correct answers")
+    overlong_cache: int = knob("rewards", 0, "DAPO soft overlong penalty over the last N tokens (0: off)")
     # advantages and sampling
-    adv_norm: str = "group"  # group | batch | none
-    dynamic_sampling: bool = False
-    max_sampling_rounds: int = 3
+    adv_norm: str = knob("advantages and sampling", "group", "divide by the std of the group, the batch, or not (Dr. GRPO)",
+                         ["group", "batch", "none"])
+    dynamic_sampling: bool = knob("advantages and sampling", False, "DAPO: drop groups with equal rewards, draw more")
+    max_sampling_rounds: int = knob("advantages and sampling", 3, "rollout rounds per step with dynamic sampling")
     # objective
-    mu: int = 1  # optimizer steps per batch of rollouts
-    clip: float = 0.2  # eps_low (inf: no clipping)
-    clip_high: float = None  # eps_high; None: same as clip
-    dual_clip: float = 0.0  # c > 1 bounds the loss of negative advantages (0: off)
-    objective: str = "ppo"  # ppo | cispo
-    ratio_level: str = "token"  # token | gspo | sequence
-    kl: float = 0.0  # beta
-    kl_estimator: str = "k3"  # k1 | k2 | k3
-    kl_level: str = "token"  # token | sequence (the book's, on summed log-probs)
-    loss_agg: str = "seq_mean"  # seq_mean | token_mean | constant
-    mask_truncated: bool = False
-    fused_head: bool = True  # log-probs straight from hidden states (never the logits)
-    max_grad_norm: float = 1.0
+    mu: int = knob("objective", 1, "epochs: passes over each batch of rollouts")
+    minibatches: int = knob("objective", 1, "K: optimizer steps per epoch, each on 1/K of the groups (K * mu per rollout)")
+    clip: float = knob("objective", 0.2, "eps_low of the clipped ratio ('inf': no clipping)")
+    clip_high: float = knob("objective", None, "eps_high (DAPO clip-higher); default: --clip", type=float)
+    dual_clip: float = knob("objective", 0.0, "dual-clip constant c > 1 for negative advantages (0: off)")
+    objective: str = knob("objective", "ppo", "clipped surrogate, or CISPO's clipped weights", ["ppo", "cispo"])
+    ratio_level: str = knob("objective", "token", "token (GRPO), gspo, or the book's summed sequence ratio",
+                            ["token", "gspo", "sequence"])
+    kl: float = knob("objective", 0.0, "beta: KL penalty to the warm-start policy")
+    kl_estimator: str = knob("objective", "k3", "Schulman's KL estimator", ["k1", "k2", "k3"])
+    kl_level: str = knob("objective", "token", "per token, or the book's on summed log-probs", ["token", "sequence"])
+    loss_agg: str = knob("objective", "seq_mean", "GRPO, DAPO, or Dr. GRPO aggregation", ["seq_mean", "token_mean", "constant"])
+    mask_truncated: bool = knob("objective", False, "truncated completions contribute no loss")
+    fused_head: bool = knob("objective", True, "log-probs straight from hidden states (never the logits)")
+    # optimisation
+    lr: float = knob("optimisation", 1e-4, "Adam learning rate")
+    max_grad_norm: float = knob("optimisation", 1.0, "gradient clipping")
 
 
 # ---------------------------------------------------------------- 1. rollouts
 
-def rollout(model, enc, problems, cfg, generator):
-    """Sample G completions for each problem and score them.
+@dataclass
+class Rollouts:
+    """One step's data. B = n_prompts * G rows; the G samples of a prompt are adjacent."""
+    tokens: torch.Tensor        # (B, L) prompt (left-padded to prompt_len), completion (right-padded)
+    mask: torch.Tensor          # (B, L) real tokens
+    loss_mask: torch.Tensor     # (B, T = L - 1) target tokens[:, 1:] is a completion token: the shift, done once
+    sampler_logp: torch.Tensor  # (B, T) log-prob of each target under the distribution that drew it
+    truncated: torch.Tensor     # (B,) the completion never emitted <|endoftext|>
+    rewards: dict               # name -> (B,): what rewards.score returns; "total" drives the advantages
+    texts: list                 # (B,) completion strings
+    problems: list              # (B,) tasks.Problem of each row
+    prompt_len: int             # P
 
-    Returns a dict: tokens / mask / completion_mask (B, L) with B = len(problems) * G
-    (the G samples of a prompt are adjacent rows), truncated (B,), rewards (B,) and
-    each reward component (B,), and the decoded texts.
-    """
+
+def rollout(model, enc, problems, cfg, generator):
+    """Sample G completions for each problem and score them -> Rollouts."""
     repeated = [p for p in problems for _ in range(cfg.group_size)]  # each prompt G times, adjacent
+    prompts = [encode_text(enc, p.prompt) for p in repeated]
     model.eval()
-    out = generate(model, [encode_text(enc, p.prompt) for p in repeated], cfg.max_new_tokens, enc.eot_token,
-                   cfg.temperature, cfg.top_k, cfg.top_p, generator)
+    tokens, mask, sampler_logp = generate(model, prompts, cfg.max_new_tokens, enc.eot_token, cfg.temperature,
+                                          cfg.top_k, cfg.top_p, generator)
     model.train()
-    texts = decode_completions(enc, out)
-    n_tokens = out["completion_mask"].sum(1).tolist()
+    P = max(map(len, prompts))
+    loss_mask = mask[:, 1:].clone()  # (B, T)
+    loss_mask[:, :P - 1] = False  # targets before position P are prompt (or padding)
+    completion = tokens[:, P:].masked_fill(~mask[:, P:], -1)  # (B, n) padding can never equal eot
+    texts = decode_completions(enc, tokens, mask, P)
     scores = [rewards.score(t, p.answer, n, format_weight=cfg.format_weight, gated=cfg.gated,
                             max_len=cfg.max_new_tokens, overlong_cache=cfg.overlong_cache)
-              for t, p, n in zip(texts, repeated, n_tokens)]
-    out["rewards"] = torch.tensor([s["total"] for s in scores])  # (B,)
-    for key in ("correct", "format", "overlong"):
-        out["reward_" + key] = torch.tensor([s[key] for s in scores])  # (B,)
-    out["texts"], out["problems"] = texts, repeated
-    return out
+              for t, p, n in zip(texts, repeated, loss_mask.sum(1).tolist())]
+    return Rollouts(tokens, mask, loss_mask, sampler_logp[:, 1:], truncated=~(completion == enc.eot_token).any(1),
+                    rewards={k: torch.tensor([s[k] for s in scores]) for k in scores[0]},  # each (B,)
+                    texts=texts, problems=repeated, prompt_len=P)
 
 
-def decode_completions(enc, out):
-    """Completion text of each row, without padding and without <|endoftext|>."""
-    rows = []
-    for toks, m in zip(out["tokens"].tolist(), out["completion_mask"].tolist()):
-        ids = [t for t, keep in zip(toks, m) if keep and t != enc.eot_token]
-        rows.append(enc.decode(ids))
-    return rows
+def take_rows(batch, rows):
+    """The Rollouts of some rows (rows: (b,) indices), e.g. whole groups or a minibatch."""
+    pick = rows.tolist()
+    return Rollouts(batch.tokens[rows], batch.mask[rows], batch.loss_mask[rows], batch.sampler_logp[rows],
+                    batch.truncated[rows], {k: v[rows] for k, v in batch.rewards.items()},
+                    [batch.texts[i] for i in pick], [batch.problems[i] for i in pick], batch.prompt_len)
 
 
 def concat_rollouts(parts):
-    """Stack rollouts of different shapes: re-pad prompts on the left, completions on the right."""
+    """Stack Rollouts of different shapes: re-pad prompts on the left, completions on the right."""
     if len(parts) == 1:
         return parts[0]
-    P = max(p["prompt_len"] for p in parts)
-    N = max(p["tokens"].shape[1] - p["prompt_len"] for p in parts)
-    out = {"prompt_len": P}
-    for key in ("tokens", "mask", "completion_mask"):  # zero padding: masked out everywhere
-        out[key] = torch.cat([_pad(p[key], P - p["prompt_len"], N + p["prompt_len"] - p[key].shape[1])
-                              for p in parts])
-    for key in parts[0]:
-        if key not in out:
-            v = [p[key] for p in parts]
-            out[key] = torch.cat(v) if torch.is_tensor(v[0]) else sum(v, [])
-    return out
+    P = max(p.prompt_len for p in parts)
+    N = max(p.tokens.shape[1] - p.prompt_len for p in parts)
+
+    def cat(name):  # zero (False) padding: masked out everywhere
+        return torch.cat([_pad(getattr(p, name), P - p.prompt_len, N + p.prompt_len - p.tokens.shape[1])
+                          for p in parts])
+    return Rollouts(cat("tokens"), cat("mask"), cat("loss_mask"), cat("sampler_logp"),
+                    torch.cat([p.truncated for p in parts]),
+                    {k: torch.cat([p.rewards[k] for p in parts]) for k in parts[0].rewards},
+                    sum((p.texts for p in parts), []), sum((p.problems for p in parts), []), P)
 
 
 def _pad(x, left, right):
@@ -126,12 +146,9 @@ def _pad(x, left, right):
     return torch.cat([x.new_zeros(x.shape[0], left), x, x.new_zeros(x.shape[0], right)], 1)
 
 
-def select_groups(batch, keep, G):
-    """Keep whole groups (keep: (n_groups,) bool) of a rollout batch."""
-    rows = keep.repeat_interleave(G)  # (B,)
-    idx = rows.nonzero().squeeze(1).tolist()
-    return {k: (v[rows] if torch.is_tensor(v) and v.dim() > 0 else
-                [v[i] for i in idx] if isinstance(v, list) else v) for k, v in batch.items()}
+def group_rows(keep, G):
+    """Row indices (b,) of the groups marked in keep (n_groups,) bool."""
+    return keep.repeat_interleave(G).nonzero().squeeze(1)
 
 
 # ---------------------------------------------------------------- 2. advantages
@@ -162,22 +179,24 @@ def zero_variance_groups(rewards, G):
 
 # ---------------------------------------------------------------- 3. log-probs
 
-def token_logprobs(model, tokens, mask, temperature=1.0, fused=True):
-    """log pi(token_t | tokens_<t) and the entropy at t, for t = 1..L-1: (B, L-1) each.
+def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True):
+    """log pi(target | prefix) and the entropy there, for the targets in loss_mask.
 
+    tokens, mask (B, L); loss_mask (B, T = L - 1) marks targets tokens[:, 1:] that are
+    completion tokens. Returns logp, entropy (B, T), zero outside loss_mask. Only those
+    rows reach the LM head: prompt and padding positions cost no (V)-sized work at all.
     Temperature divides the logits, so the log-probs describe the distribution that was
     sampled. fused=True goes from hidden states straight to log-probs (kernels/
-    linear_logprobs.py): the (B, L, V) logits never exist.
+    linear_logprobs.py), so not even the (n, V) logits exist.
     """
-    x, targets = tokens[:, :-1], tokens[:, 1:]  # (B, T), T = L - 1
-    B, T = x.shape
+    h = model(tokens[:, :-1], mask[:, :-1], hidden=True)  # (B, T, d)
+    rows, targets = h[loss_mask], tokens[:, 1:][loss_mask]  # (n, d), (n,): completion positions only
     if fused:
-        h = model(x, mask[:, :-1], hidden=True)  # (B, T, d)
-        logp, ent = linear_logprobs_and_entropy(h.reshape(B * T, -1), model.lm_head_weight,
-                                                targets.reshape(-1), temperature)
-        return logp.view(B, T), ent.view(B, T)
-    logits = model(x, mask[:, :-1])  # (B, T, V)
-    return token_logprobs_and_entropy(logits, targets, temperature)
+        logp, ent = linear_logprobs_and_entropy(rows, model.lm_head_weight, targets, temperature)
+    else:
+        logp, ent = token_logprobs_and_entropy(rows @ model.lm_head_weight.t(), targets, temperature)  # (n, V) logits
+    zeros = logp.new_zeros(loss_mask.shape)  # (B, T)
+    return zeros.masked_scatter(loss_mask, logp), zeros.masked_scatter(loss_mask, ent)
 
 
 # ---------------------------------------------------------------- 4. the objective
@@ -271,12 +290,12 @@ def masked_mean(x, mask):
 
 
 def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg):
-    """The GRPO objective on (B, T) token log-probs. Returns (loss, stats of tensors).
+    """The GRPO objective, to be minimised, on (B, T) token log-probs; mask (B, T) marks
+    the completion tokens (prompt and padding never count).
 
-    mask (B, T) marks completion tokens (prompt and padding never count).
+    Returns (loss, its terms as tensors, ratio (B, T) or (B, 1)).
     """
-    eps_low = cfg.clip
-    eps_high = cfg.clip if cfg.clip_high is None else cfg.clip_high
+    eps_low, eps_high = clip_range(cfg)
     A = adv[:, None]  # (B, 1): every token of a completion shares its advantage
     ratio = policy_ratio(logp, old_logp, mask, cfg.ratio_level)  # (B, T) or (B, 1)
     if cfg.objective == "cispo":
@@ -285,27 +304,40 @@ def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg):
         obj = clipped_objective(ratio, A, eps_low, eps_high, cfg.dual_clip)
     else:
         raise ValueError(f"unknown objective {cfg.objective!r}")
-    token_loss = -obj.expand_as(logp)  # (B, T)
-    pg_loss = aggregate(token_loss, mask, cfg.loss_agg, cfg.max_new_tokens)
-    loss, stats = pg_loss, {"pg_loss": pg_loss}
+    loss = aggregate(-obj.expand_as(logp), mask, cfg.loss_agg, cfg.max_new_tokens)
+    terms = {"pg_loss": loss}
     if cfg.kl > 0:
         if cfg.kl_level == "sequence":  # the book: estimator on summed log-probs, per sequence
             kl = kl_penalty((logp * mask).sum(1, keepdim=True), (ref_logp * mask).sum(1, keepdim=True),
                             cfg.kl_estimator).expand_as(logp)  # (B, T)
         else:
             kl = kl_penalty(logp, ref_logp, cfg.kl_estimator)  # (B, T)
-        kl_loss = aggregate(kl, mask, cfg.loss_agg, cfg.max_new_tokens)
-        loss = loss + cfg.kl * kl_loss
-        stats["kl"] = kl_loss
-    r = ratio.expand_as(logp)
-    low = (r < 1 - eps_low) & (A < 0)  # where the clip is active (zero gradient)
-    high = (r > 1 + eps_high) & (A > 0)
+        terms["kl"] = aggregate(kl, mask, cfg.loss_agg, cfg.max_new_tokens)
+        loss = loss + cfg.kl * terms["kl"]
+    terms["loss"] = loss
+    return loss, terms, ratio
+
+
+def clip_range(cfg):
+    return cfg.clip, cfg.clip if cfg.clip_high is None else cfg.clip_high
+
+
+@torch.no_grad()
+def ratio_stats(ratio, adv, logp, old_logp, mask, eps_low, eps_high):
+    """How far the policy has drifted from the one that sampled: the ratio's mean / min /
+    max, the share of tokens where each side of the clip is active (zero gradient), and
+    the approximate KL to the old policy (verl's ppo_kl: mean of old_logp - logp)."""
     m = mask.bool()
-    stats.update(loss=loss, ratio_mean=masked_mean(r, m), ratio_min=r[m].min() if m.any() else r.new_ones(()),
-                 ratio_max=r[m].max() if m.any() else r.new_ones(()),
-                 clip_frac_low=masked_mean(low, m), clip_frac_high=masked_mean(high, m))
-    stats["clip_frac"] = stats["clip_frac_low"] + stats["clip_frac_high"]
-    return loss, stats
+    r = ratio.expand_as(logp)  # (B, T)
+    A = adv[:, None]
+    out = {"ratio_mean": masked_mean(r, m),
+           "ratio_min": r[m].min() if m.any() else r.new_ones(()),
+           "ratio_max": r[m].max() if m.any() else r.new_ones(()),
+           "clip_frac_low": masked_mean((r < 1 - eps_low) & (A < 0), m),
+           "clip_frac_high": masked_mean((r > 1 + eps_high) & (A > 0), m),
+           "ppo_kl": masked_mean(old_logp - logp, m)}
+    out["clip_frac"] = out["clip_frac_low"] + out["clip_frac_high"]
+    return out
 
 
 # ---------------------------------------------------------------- 5. one GRPO step
@@ -314,18 +346,18 @@ def sample_batch(model, enc, next_problems, n_prompts, cfg, generator):
     """Rollouts for n_prompts prompts. With dynamic sampling, groups without reward
     variance are dropped and more prompts drawn, up to max_sampling_rounds rounds.
 
-    Returns (batch, fraction of zero-variance groups among all groups sampled).
+    Returns (Rollouts, fraction of zero-variance groups among all groups sampled).
     """
     G, parts, kept, n_zero, n_seen = cfg.group_size, [], 0, 0, 0
     for _ in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
         part = rollout(model, enc, [next_problems() for _ in range(n_prompts)], cfg, generator)
-        zero = zero_variance_groups(part["rewards"], G)
+        zero = zero_variance_groups(part.rewards["total"], G)
         n_zero, n_seen = n_zero + int(zero.sum()), n_seen + len(zero)
         if not cfg.dynamic_sampling:
             return part, n_zero / n_seen
         keep = ~zero & (torch.cumsum((~zero).long(), 0) <= n_prompts - kept)  # fill, no more
         if keep.any():
-            parts.append(select_groups(part, keep, G))
+            parts.append(take_rows(part, group_rows(keep, G)))
             kept += int(keep.sum())
         if kept == n_prompts:
             break
@@ -334,88 +366,69 @@ def sample_batch(model, enc, next_problems, n_prompts, cfg, generator):
     return concat_rollouts(parts or [part]), n_zero / n_seen
 
 
-def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generator):
-    """Sample, score, compute advantages, then mu optimizer steps on those rollouts.
+def minibatch_rows(B, G, K):
+    """K lists of row indices, each of whole groups, in order, together covering the batch."""
+    return [group_rows(torch.isin(torch.arange(B // G), chunk), G) for chunk in torch.arange(B // G).chunk(K)]
 
-    Returns a dict of float statistics for logging. Raises FloatingPointError (before
-    the optimizer step, so the weights stay good) if the loss or gradients are not finite.
+
+def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generator):
+    """Sample, score, compute advantages, then mu epochs of K minibatch updates.
+
+    Returns (Rollouts, dict of float statistics). Raises FloatingPointError (before the
+    optimizer step, so the weights stay good) if the loss or gradients are not finite.
     """
     batch, zero_frac = sample_batch(model, enc, next_problems, n_prompts, cfg, generator)
-    tokens, mask = batch["tokens"], batch["mask"]
-    loss_mask = batch["completion_mask"][:, 1:].clone()  # (B, T): targets that are completion tokens
+    tokens, mask, loss_mask = batch.tokens, batch.mask, batch.loss_mask  # (B, L), (B, L), (B, T)
     if cfg.mask_truncated:
-        loss_mask &= ~batch["truncated"][:, None]
-    adv = group_advantages(batch["rewards"], cfg.group_size, cfg.adv_norm)  # (B,)
+        loss_mask = loss_mask & ~batch.truncated[:, None]
+    adv = group_advantages(batch.rewards["total"], cfg.group_size, cfg.adv_norm)  # (B,)
+
+    def logprobs(m, rows):  # (b, T) log-probs and entropies of some rows, under model m
+        return token_logprobs(m, tokens[rows], mask[rows], loss_mask[rows], cfg.temperature, cfg.fused_head)
+
+    everything = torch.arange(len(adv))
     ref_logp = None
     if cfg.kl > 0:
         with torch.no_grad():
-            ref_logp, _ = token_logprobs(ref_model, tokens, mask, cfg.temperature, cfg.fused_head)
-    per_inner = []
+            ref_logp, _ = logprobs(ref_model, everything)  # (B, T)
     old_logp = None
-    for inner in range(cfg.mu):
-        logp, entropy = token_logprobs(model, tokens, mask, cfg.temperature, cfg.fused_head)
-        if old_logp is None:
-            # The old log-probs, computed once: this first forward runs on the weights that
-            # sampled the rollouts, so pi_old = pi here exactly (ratio 1) and we reuse it for
-            # all mu updates instead of paying for a separate no-grad pass.
-            old_logp = logp.detach()
-        loss, stats = grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
-            raise FloatingPointError(f"non-finite loss ({loss.item()}) or gradient norm ({grad_norm.item()})")
-        opt.step()
-        stats["grad_norm"], stats["entropy"] = grad_norm, masked_mean(entropy.detach(), loss_mask)
-        per_inner.append({k: float(v.detach()) for k, v in stats.items()})
-    return batch, step_stats(batch, adv, per_inner, zero_frac)
+    if cfg.minibatches > 1:  # the second minibatch is seen after an update: pi_old needs its own pass
+        with torch.no_grad():
+            old_logp, _ = logprobs(model, everything)  # (B, T)
+    per_update = []
+    for epoch in range(cfg.mu):
+        for rows in minibatch_rows(len(adv), cfg.group_size, cfg.minibatches):
+            logp, entropy = logprobs(model, rows)  # (b, T)
+            if old_logp is None:
+                # K = 1: this first forward runs on the weights that sampled the rollouts, so
+                # pi_old = pi here exactly (ratio 1); keep it for every later epoch instead
+                # of paying for a separate no-grad pass.
+                old_logp = logp.detach()
+            loss, terms, ratio = grpo_loss(logp, old_logp[rows], None if ref_logp is None else ref_logp[rows],
+                                           adv[rows], loss_mask[rows], cfg)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
+                raise FloatingPointError(f"non-finite loss ({loss.item()}) or gradient norm ({grad_norm.item()})")
+            opt.step()
+            stats = {**terms, **ratio_stats(ratio, adv[rows], logp, old_logp[rows], loss_mask[rows], *clip_range(cfg)),
+                     "grad_norm": grad_norm, "entropy": masked_mean(entropy.detach(), loss_mask[rows])}
+            per_update.append({k: float(v.detach()) for k, v in stats.items()})
+    return batch, step_stats(batch, adv, per_update, zero_frac, old_logp, loss_mask)
 
 
-def step_stats(batch, adv, per_inner, zero_frac):
-    """Average the inner steps' statistics (ratio min/max over all) and add batch statistics."""
-    out = {k: sum(s[k] for s in per_inner) / len(per_inner) for k in per_inner[0]}
-    out["ratio_min"] = min(s["ratio_min"] for s in per_inner)
-    out["ratio_max"] = max(s["ratio_max"] for s in per_inner)
-    lengths = batch["completion_mask"].sum(1).float()  # (B,)
-    out.update(reward=batch["rewards"].mean().item(), reward_std=batch["rewards"].std().item(),
-               reward_correct=batch["reward_correct"].mean().item(),
-               reward_format=batch["reward_format"].mean().item(),
-               reward_overlong=batch["reward_overlong"].mean().item(),
-               adv_mean=adv.mean().item(), adv_std=adv.std().item(), zero_std_frac=zero_frac,
-               resp_len=lengths.mean().item(), resp_len_max=lengths.max().item(),
-               truncated_frac=batch["truncated"].float().mean().item(),
-               n_tokens=int(batch["mask"].sum()))
+def step_stats(batch, adv, per_update, zero_frac, old_logp, loss_mask):
+    """Average the updates' statistics (ratio min / max over all) and add batch statistics."""
+    out = {k: sum(s[k] for s in per_update) / len(per_update) for k in per_update[0]}
+    out["ratio_min"] = min(s["ratio_min"] for s in per_update)
+    out["ratio_max"] = max(s["ratio_max"] for s in per_update)
+    for name, r in batch.rewards.items():  # every component rewards.score returns
+        out["reward" if name == "total" else "reward_" + name] = r.mean().item()
+    lengths = batch.loss_mask.sum(1).float()  # (B,)
+    out.update(reward_std=batch.rewards["total"].std().item(), adv_mean=adv.mean().item(), adv_std=adv.std().item(),
+               zero_std_frac=zero_frac, resp_len=lengths.mean().item(), resp_len_max=lengths.max().item(),
+               truncated_frac=batch.truncated.float().mean().item(), n_tokens=int(batch.mask.sum()),
+               # the sampler and the learner should agree; they do not under top-p / top-k
+               sampler_gap=masked_mean((old_logp - batch.sampler_logp).abs(), loss_mask).item())
     return out
-
-
-# ---------------------------------------------------------------- evaluation
-
-@torch.no_grad()
-def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256):
-    """Greedy accuracy (and share of completions in think format) on a list of problems."""
-    was_training = model.training
-    model.eval()
-    correct = fmt = 0
-    for i in range(0, len(problems), batch_size):
-        chunk = problems[i:i + batch_size]
-        out = generate(model, [encode_text(enc, p.prompt) for p in chunk], max_new_tokens, enc.eot_token,
-                       greedy=True)
-        for text, p in zip(decode_completions(enc, out), chunk):
-            correct += rewards.correctness_reward(text, p.answer)
-            fmt += rewards.format_reward(text)
-    model.train(was_training)
-    return {"accuracy": correct / len(problems), "format": fmt / len(problems)}
-
-
-@torch.no_grad()
-def pass_at_k(model, enc, problems, k=8, temperature=1.0, seed=0, max_new_tokens=40):
-    """Share of problems with at least one correct answer among k samples."""
-    gen = torch.Generator(device=model.wte.weight.device).manual_seed(seed)
-    was_training = model.training
-    model.eval()
-    prompts = [encode_text(enc, p.prompt) for p in problems for _ in range(k)]
-    out = generate(model, prompts, max_new_tokens, enc.eot_token, temperature, generator=gen)
-    model.train(was_training)
-    hits = [rewards.correctness_reward(t, p.answer)
-            for t, p in zip(decode_completions(enc, out), (p for p in problems for _ in range(k)))]
-    return sum(max(hits[i * k:(i + 1) * k]) for i in range(len(problems))) / len(problems)

@@ -1,13 +1,17 @@
 """A small handwritten GPT: pre-LN blocks, causal attention, KV cache, batched sampling.
 
-- `GPT.forward(idx, mask)` returns logits, or the final hidden states (`hidden=True`) for
-  the fused LM-head kernel. `mask` marks real tokens; padding may sit on either side.
+- `GPT.forward(idx, mask, cache)` returns logits, or the final hidden states
+  (`hidden=True`) for the fused LM-head kernel. `mask` marks real tokens; padding may
+  sit on either side. The same path runs with or without a KV cache (`KVCache`, one
+  per layer): with one, idx holds only the positions the cache has not seen.
 - `generate(...)` prefills prompts of different lengths (left-padded, the padding masked
-  out of attention and positions), then decodes one token per step from a KV cache,
+  out of attention and positions), then decodes one token per step from the KV cache,
   sampling with temperature / top-k / top-p from a `torch.Generator` (or greedily),
-  and stops each row at `<|endoftext|>` on its own.
+  stops each row at `<|endoftext|>` on its own, and records the log-prob of each sampled
+  token under the distribution it was drawn from (for truncated importance sampling).
 - `save_checkpoint` / `load_checkpoint`: weights + model config + tokenizer spec + task
-  spec in one file, checked on load with one-line errors.
+  spec in one file, checked on load with one-line errors. Loading never unpickles
+  arbitrary objects (`weights_only=True`): a checkpoint from someone else cannot run code.
 
 Positions are learned embeddings indexed by each row's own position (`cumsum(mask) - 1`),
 so a left-padded prompt is seen exactly as the same prompt without padding.
@@ -16,6 +20,8 @@ so a left-padded prompt is seen exactly as the same prompt without padding.
 """
 import math
 import os
+import pickle
+import re
 from dataclasses import asdict, dataclass
 
 import torch
@@ -32,6 +38,25 @@ class GPTConfig:
     d_model: int = 128
 
 
+class KVCache:
+    """One layer's keys and values for B rows of up to L positions (gpt-fast's KVCache).
+
+    `update` writes the keys/values of T new positions and returns everything cached so
+    far, so attention over a cache reads exactly like attention without one.
+    """
+
+    def __init__(self, B, n_head, L, head_dim, like):
+        self.k = like.new_zeros(B, n_head, L, head_dim)  # (B, H, L, hd)
+        self.v = like.new_zeros(B, n_head, L, head_dim)
+
+    def update(self, start, k, v):
+        """k, v (B, H, T, hd) at positions start..start+T-1 -> all keys, values (B, H, start+T, hd)."""
+        end = start + k.shape[2]
+        self.k[:, :, start:end], self.v[:, :, start:end] = k, v
+        # the cache is fp32; under bf16 autocast k and v are not
+        return self.k[:, :, :end].to(k.dtype), self.v[:, :, :end].to(v.dtype)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
@@ -39,14 +64,11 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
-    def forward(self, x, allowed, cache=None, start=0):
+    def forward(self, x, allowed, cache=None):
         B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
-        if cache is not None:  # write this step's keys/values, attend to everything so far
-            cache[0][:, :, start:start + T] = k
-            cache[1][:, :, start:start + T] = v
-            k, v = cache[0][:, :, :start + T], cache[1][:, :, :start + T]  # (B, H, S, hd)
-            k, v = k.to(q.dtype), v.to(q.dtype)  # the cache is fp32; under bf16 autocast q is not
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, hd)
+        if cache is not None:  # attend to every position so far, not only these T
+            k, v = cache.update(allowed.shape[-1] - T, k, v)  # (B, H, S, hd)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
@@ -59,8 +81,8 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=False), nn.GELU(),
                                  nn.Linear(4 * cfg.d_model, cfg.d_model, bias=False))
 
-    def forward(self, x, allowed, cache=None, start=0):
-        x = x + self.attn(self.ln1(x), allowed, cache, start)  # pre-LN: normalise, then add
+    def forward(self, x, allowed, cache=None):
+        x = x + self.attn(self.ln1(x), allowed, cache)  # pre-LN: normalise, then add
         return x + self.mlp(self.ln2(x))
 
 
@@ -86,31 +108,38 @@ class GPT(nn.Module):
     def lm_head_weight(self):
         return self.wte.weight  # tied: the output layer is the input embedding, (V, d)
 
-    def forward(self, idx, mask=None, hidden=False, cache=None, start=0, positions=None, allowed=None):
-        """idx (B, T) -> logits (B, T, V), or final hidden states (B, T, d) if hidden.
+    def forward(self, idx, mask=None, cache=None, hidden=False):
+        """idx (B, T) -> logits (B, T, V), or the final hidden states (B, T, d) if hidden.
 
-        mask (B, T) marks real tokens (default: all). With a KV cache, `start` is where
-        these T tokens go in the cache, and `positions` / `allowed` come from `generate`.
+        mask (B, S) marks the real tokens among all S positions so far (default: all of
+        idx). Without a cache S = T; with one (a KVCache per layer, from `new_cache`)
+        the first S - T positions are already cached and idx holds the last T.
         """
         B, T = idx.shape
-        if cache is None:
-            mask = torch.ones_like(idx, dtype=torch.bool) if mask is None else mask
-            positions = (mask.long().cumsum(1) - 1).clamp(min=0)  # (B, T) each row's own positions
-            allowed = attention_mask(mask, 0, T)
+        mask = torch.ones_like(idx, dtype=torch.bool) if mask is None else mask  # (B, S)
+        S = mask.shape[1]
+        positions = (mask.long().cumsum(1) - 1).clamp(min=0)[:, S - T:]  # (B, T) each row's own count
+        allowed = attention_mask(mask, S - T)  # (B, 1, T, S)
         x = self.wte(idx) + self.wpe(positions)  # (B, T, d)
         for i, block in enumerate(self.blocks):
-            x = block(x, allowed, None if cache is None else cache[i], start)
+            x = block(x, allowed, None if cache is None else cache[i])
         x = self.ln_f(x)
         return x if hidden else x @ self.lm_head_weight.t()  # (B, T, d) or (B, T, V)
 
+    def new_cache(self, B, L):
+        """One empty KVCache per layer for B rows of up to L positions."""
+        hd = self.cfg.d_model // self.cfg.n_head
+        return [KVCache(B, self.cfg.n_head, L, hd, self.wte.weight) for _ in range(self.cfg.n_layer)]
 
-def attention_mask(key_mask, start, T):
+
+def attention_mask(key_mask, start):
     """(B, 1, T, S) bool: query start+i may see key j <= start+i that is a real token.
 
+    key_mask (B, S) covers every position so far; the queries are the last T = S - start.
     A query always sees itself, so a padding position has one key and no NaN rows.
     """
     S = key_mask.shape[1]
-    q = torch.arange(start, start + T, device=key_mask.device)[:, None]  # (T, 1)
+    q = torch.arange(start, S, device=key_mask.device)[:, None]  # (T, 1)
     k = torch.arange(S, device=key_mask.device)[None, :]  # (1, S)
     allowed = (k <= q) & key_mask[:, None, :] | (k == q)  # (B, T, S)
     return allowed[:, None]
@@ -134,9 +163,11 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
              generator=None, greedy=False, use_cache=True):
     """Sample completions for a batch of prompts (lists of token ids) of any lengths.
 
-    Returns a dict of (B, P + N) tensors, prompts left-padded to P, completions of at most
-    N = max_new_tokens right-padded: tokens, mask (real tokens), completion_mask
-    (generated tokens, <|endoftext|> included), and truncated (B,) = no <|endoftext|>.
+    Returns (tokens, mask, sampler_logp), each (B, P + n) with n <= max_new_tokens:
+    prompts left-padded to P = the longest prompt, completions right-padded; mask marks
+    real tokens (a completion's <|endoftext|> included); sampler_logp is the log-prob of
+    each generated token under the distribution it was actually drawn from (after
+    temperature, top-k and top-p; 0 for greedy and outside completions).
     use_cache=False recomputes the whole sequence each step (the reference path).
     """
     device = model.wte.weight.device
@@ -144,47 +175,36 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
     L = P + max_new_tokens
     if L > model.cfg.max_seq_len:
         raise ValueError(f"prompt ({P}) + max_new_tokens ({max_new_tokens}) exceeds max_seq_len {model.cfg.max_seq_len}")
-    tokens = torch.full((B, L), eos_id, dtype=torch.long, device=device)
+    tokens = torch.full((B, L), eos_id, dtype=torch.long, device=device)  # (B, L)
     mask = torch.zeros(B, L, dtype=torch.bool, device=device)
+    sampler_logp = torch.zeros(B, L, device=device)
     for i, p in enumerate(prompts):  # left padding
         tokens[i, P - len(p):P] = torch.tensor(p, device=device)
         mask[i, P - len(p):P] = True
-    positions = (mask.long().cumsum(1) - 1).clamp(min=0)  # (B, L) each row's own count
-    positions[:, P:] = positions[:, P - 1:P] + torch.arange(1, max_new_tokens + 1, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    cache = new_cache(model, B, L) if use_cache else None
+    cache = model.new_cache(B, L) if use_cache else None
     t, start = P, 0  # t: index of the next token to write; start: first position not in cache
     while t < L and not done.all():
         if use_cache:  # feed only what the cache has not seen: the prompts, then one token
-            logits = model(tokens[:, start:t], cache=cache, start=start, positions=positions[:, start:t],
-                           allowed=attention_mask(mask[:, :t], start, t - start))
+            logits = model(tokens[:, start:t], mask[:, :t], cache)
         else:
-            logits = model(tokens[:, :t], mask=mask[:, :t])
-        nxt = sample(logits[:, -1].float(), temperature, top_k, top_p, generator, greedy)  # (B,)
-        nxt = torch.where(done, torch.full_like(nxt, eos_id), nxt)
-        tokens[:, t] = nxt
+            logits = model(tokens[:, :t], mask[:, :t])
+        nxt, logp = sample(logits[:, -1].float(), temperature, top_k, top_p, generator, greedy)  # (B,) each
+        tokens[:, t] = torch.where(done, eos_id, nxt)
+        sampler_logp[:, t] = torch.where(done, 0.0, logp)
         mask[:, t] = ~done
         done |= nxt == eos_id
         start, t = t, t + 1
-    completion_mask = mask.clone()
-    completion_mask[:, :P] = False
-    return {"tokens": tokens[:, :t], "mask": mask[:, :t], "completion_mask": completion_mask[:, :t],
-            "truncated": ~done, "prompt_len": P}
+    return tokens[:, :t], mask[:, :t], sampler_logp[:, :t]
 
 
 def sample(logits, temperature, top_k, top_p, generator, greedy):
-    """logits (B, V) -> next token ids (B,)."""
+    """logits (B, V) -> next token ids (B,) and their log-probs under the sampling distribution (B,)."""
     if greedy:
-        return logits.argmax(-1)
-    probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
-
-
-def new_cache(model, B, L):
-    cfg = model.cfg
-    shape = (B, cfg.n_head, L, cfg.d_model // cfg.n_head)
-    w = model.wte.weight
-    return [(w.new_zeros(shape), w.new_zeros(shape)) for _ in range(cfg.n_layer)]
+        return logits.argmax(-1), logits.new_zeros(logits.shape[0])
+    logp = filter_logits(logits / temperature, top_k, top_p).log_softmax(-1)  # (B, V)
+    nxt = torch.multinomial(logp.exp(), 1, generator=generator)  # (B, 1)
+    return nxt.squeeze(1), logp.gather(1, nxt).squeeze(1)
 
 
 def count_params(model):
@@ -206,7 +226,14 @@ def load_checkpoint(path, map_location="cpu"):
     if not os.path.exists(path):
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+        # weights_only: a checkpoint is tensors and plain values; unpickling anything else could run code
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "Unsupported global" in str(e):  # an object other than tensors and plain values
+            name = re.search(r"GLOBAL (\S+)", str(e))  # e.g. argparse.Namespace
+            raise CheckpointError(f"refusing {path}: it holds a pickled object ({name and name[1]}), not only tensors "
+                                  "and plain values; loading it could run code") from None
+        raise CheckpointError(f"cannot read checkpoint {path}: not a valid checkpoint file") from None
     except Exception as e:  # truncated or not a torch file
         raise CheckpointError(f"cannot read checkpoint {path}: {type(e).__name__}: {str(e)[:200]}") from None
     if not isinstance(ckpt, dict) or "model" not in ckpt or "model_config" not in ckpt:

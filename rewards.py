@@ -66,9 +66,10 @@ integer answers, so no general math-answer checker is needed: correctness is a s
 integer parse of the last box.
 """
 
+from tasks import THINK_CLOSE as CLOSE, THINK_OPEN as OPEN  # the one definition of the tags
+
 MAX_DIGITS = 4000  # significant digits; below CPython's default 4300-digit limit
 BOX = "\\boxed{"
-OPEN, CLOSE = "<think>", "</think>"
 
 
 def extract_boxed(text: str) -> str | None:

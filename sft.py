@@ -30,12 +30,12 @@ import time
 import torch
 import torch.nn.functional as F
 
-import grpo
 import tasks
+from evaluation import evaluate, pass_at_k
 from model import GPT, GPTConfig, count_params, save_checkpoint
 from tokenizer import build_tokenizer, encode_completion, encode_text, make_spec
 
-DEFAULT_CKPT = "checkpoints/warmstart.pt"
+DEFAULT_CKPT = "checkpoints/warmstart.pt"  # train.py's default --init too
 
 
 def sft_examples(enc, level, seed, direct_frac):
@@ -107,11 +107,11 @@ def main(args):
                   f"| {el:.0f}s elapsed | ETA {eta:.0f}s", flush=True)
     model.eval()
     evalset = tasks.eval_set(args.eval_level, args.eval_size)
-    acc = grpo.evaluate(model, enc, evalset)
+    acc = evaluate(model, enc, evalset)
     line = f"warm start done in {time.time() - t0:.0f}s | greedy eval accuracy {acc['accuracy']:.1%} " \
            f"(think format {acc['format']:.1%}) on {len(evalset)} {args.eval_level} problems"
     if args.pass_k:
-        pk = grpo.pass_at_k(model, enc, evalset[:args.pass_k_problems], k=args.pass_k, seed=args.seed)
+        pk = pass_at_k(model, enc, evalset[:args.pass_k_problems], k=args.pass_k, seed=args.seed)
         line += f" | pass@{args.pass_k} (T=1) {pk:.1%} on {min(len(evalset), args.pass_k_problems)}"
     print(line)
     meta = {"tokenizer": spec, "task": {"sft_level": args.level, "eval_level": args.eval_level,

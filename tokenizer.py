@@ -22,10 +22,12 @@ import re
 
 import tiktoken
 
+from tasks import THINK_CLOSE, THINK_OPEN
+
 # Split pattern: "\\boxed{"-style commands, words (with their leading space), single
 # digits, runs of whitespace, single other characters. BPE never merges across pieces.
 SPLIT_PATTERN = r"\\[A-Za-z]+\{| ?[A-Za-z]+|\d|\s+|[^\sA-Za-z\d]"
-SPECIALS = ("<|endoftext|>", "<think>", "</think>")
+SPECIALS = ("<|endoftext|>", THINK_OPEN, THINK_CLOSE)
 
 
 def learn_merges(texts, n_merges):
@@ -80,11 +82,15 @@ def encode_text(enc, text):
 
 def encode_completion(enc, text):
     """Trusted text we wrote ourselves: <think> and </think> become their single ids."""
-    return enc.encode(text, allowed_special={"<think>", "</think>"}, disallowed_special=())
+    return enc.encode(text, allowed_special={THINK_OPEN, THINK_CLOSE}, disallowed_special=())
 
 
-def eos_id(enc):
-    return enc.eot_token
+def decode_completions(enc, tokens, mask, prompt_len):
+    """Text of each row's completion (tokens after prompt_len where mask), <|endoftext|> dropped."""
+    rows = []
+    for toks, m in zip(tokens[:, prompt_len:].tolist(), mask[:, prompt_len:].tolist()):
+        rows.append(enc.decode([t for t, keep in zip(toks, m) if keep and t != enc.eot_token]))
+    return rows
 
 
 if __name__ == "__main__":

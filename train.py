@@ -32,11 +32,11 @@ from dataclasses import asdict, fields
 import torch
 
 import grpo
+import sft
 import tasks
+from evaluation import evaluate
 from model import CheckpointError, load_checkpoint, save_checkpoint
 from tokenizer import build_tokenizer
-
-DEFAULT_INIT = "checkpoints/warmstart.pt"
 
 
 def get_parser():
@@ -47,67 +47,54 @@ def get_parser():
     g.add_argument("--runs-dir", default="runs", help="where run folders live")
     g.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue runs/<name> from its latest checkpoint, with its saved flags (only --steps, --threads, --device apply)")
-    g.add_argument("--init", default=DEFAULT_INIT, help="warm-start checkpoint (built by sft.py if it is the default and missing)")
+    g.add_argument("--init", default=sft.DEFAULT_CKPT, help="warm-start checkpoint (built by sft.py if it is the default and missing)")
     g.add_argument("--seed", type=int, default=0, help="seeds problems, sampling and init")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
     g.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see README, Speed)")
     g = ap.add_argument_group("task and evaluation")
     g.add_argument("--level", default="medium", help=f"difficulty of RL problems ({', '.join(tasks.LEVELS)})")
+    g.add_argument("--steps", type=int, default=None, help="GRPO steps (default 100; with --resume: the saved value)")
+    g.add_argument("--prompts-per-step", type=int, default=16, help="problems per step")
     g.add_argument("--eval-size", type=int, default=500, help="held-out problems per evaluation")
     g.add_argument("--eval-every", type=int, default=10, help="evaluate (greedy) every N steps")
     g.add_argument("--samples-every", type=int, default=10, help="log a few completions every N steps")
     g.add_argument("--save-every", type=int, default=5, help="write ckpt_latest.pt every N steps")
-    g = ap.add_argument_group("rollouts")
-    g.add_argument("--steps", type=int, default=None, help="GRPO steps (default 100; with --resume: the saved value)")
-    g.add_argument("--prompts-per-step", type=int, default=16, help="problems per step")
-    g.add_argument("--group-size", type=int, default=8, help="G: completions per problem")
-    g.add_argument("--max-new-tokens", type=int, default=40, help="completion length cap (L_max)")
-    g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (also used in log-probs)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling")
-    g.add_argument("--top-k", type=int, default=0, help="top-k sampling (0: off)")
-    g = ap.add_argument_group("rewards")
-    g.add_argument("--format-weight", type=float, default=0.0, help="w in reward = correct + w * format")
-    g.add_argument("--gated", action="store_true", help="format reward only for correct answers")
-    g.add_argument("--overlong-cache", type=int, default=0, help="DAPO soft overlong penalty over the last N tokens (0: off)")
-    g = ap.add_argument_group("advantages and sampling")
-    g.add_argument("--adv-norm", default="group", choices=["group", "batch", "none"], help="divide by the std of the group, the batch, or not (Dr. GRPO)")
-    g.add_argument("--dynamic-sampling", action="store_true", help="DAPO: drop groups with equal rewards, draw more")
-    g.add_argument("--max-sampling-rounds", type=int, default=3, help="rollout rounds per step with dynamic sampling")
-    g = ap.add_argument_group("objective")
-    g.add_argument("--mu", type=int, default=1, help="optimizer steps per batch of rollouts")
-    g.add_argument("--clip", type=float, default=0.2, help="eps_low of the clipped ratio ('inf': no clipping)")
-    g.add_argument("--clip-high", type=float, default=None, help="eps_high (DAPO clip-higher); default: --clip")
-    g.add_argument("--dual-clip", type=float, default=0.0, help="dual-clip constant c > 1 for negative advantages (0: off)")
-    g.add_argument("--objective", default="ppo", choices=["ppo", "cispo"], help="clipped surrogate, or CISPO's clipped weights")
-    g.add_argument("--ratio-level", default="token", choices=["token", "gspo", "sequence"], help="token (GRPO), gspo, or the book's summed sequence ratio")
-    g.add_argument("--kl", type=float, default=0.0, help="beta: KL penalty to the warm-start policy")
-    g.add_argument("--kl-estimator", default="k3", choices=["k1", "k2", "k3"], help="Schulman's KL estimator")
-    g.add_argument("--kl-level", default="token", choices=["token", "sequence"], help="per token, or the book's on summed log-probs")
-    g.add_argument("--loss-agg", default="seq_mean", choices=["seq_mean", "token_mean", "constant"], help="GRPO, DAPO, or Dr. GRPO aggregation")
-    g.add_argument("--mask-truncated", action="store_true", help="truncated completions contribute no loss")
-    g.add_argument("--no-fused-head", action="store_true", help="compute log-probs from materialised logits")
-    g = ap.add_argument_group("optimisation")
-    g.add_argument("--lr", type=float, default=1e-4, help="Adam learning rate (>= 3e-4 collapsed in our tests)")
-    g.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping")
+    add_config_flags(ap, grpo.GRPOConfig)
     return ap
+
+
+def add_config_flags(ap, config_class):
+    """One flag per field of the dataclass, with its default, help and choices from there."""
+    groups = {}
+    for f in fields(config_class):
+        meta = f.metadata
+        g = groups.get(meta["group"]) or groups.setdefault(meta["group"], ap.add_argument_group(meta["group"]))
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(f.default, bool):  # --flag / --no-flag
+            g.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=meta["help"])
+        else:
+            g.add_argument(flag, type=meta["type"] or type(f.default), default=f.default, choices=meta["choices"],
+                           help=meta["help"])
 
 
 def grpo_config(args):
     """The GRPOConfig fields, taken from the flags of the same names."""
-    cfg = {f.name: getattr(args, f.name) for f in fields(grpo.GRPOConfig) if hasattr(args, f.name)}
-    return grpo.GRPOConfig(**cfg, fused_head=not args.no_fused_head)
+    return grpo.GRPOConfig(**{f.name: getattr(args, f.name) for f in fields(grpo.GRPOConfig)})
 
 
 def check_args(args):
     """One-line errors for flag values argparse cannot check by itself."""
     tasks.check_level(args.level)
     positive = ["eval_size", "eval_every", "samples_every", "save_every", "prompts_per_step", "group_size",
-                "max_new_tokens", "mu", "max_sampling_rounds", "threads"]
+                "max_new_tokens", "mu", "minibatches", "max_sampling_rounds", "threads"]
     for name in positive:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.steps is not None and args.steps < 0:
         raise ValueError("--steps must be >= 0")
+    if args.minibatches > args.prompts_per_step:
+        raise ValueError(f"--minibatches {args.minibatches} > --prompts-per-step {args.prompts_per_step}: "
+                         "a minibatch holds whole groups")
     if args.group_size < 2:
         raise ValueError("--group-size must be >= 2: a group of one has no relative advantage")
     if not (args.temperature > 0 and 0 < args.top_p <= 1 and args.lr > 0):
@@ -133,8 +120,7 @@ def autocast(device):
 
 def load_init(args):
     """The warm-start policy; built with sft.py defaults if the default path is missing."""
-    if not os.path.exists(args.init) and args.init == DEFAULT_INIT:
-        import sft
+    if not os.path.exists(args.init) and args.init == sft.DEFAULT_CKPT:
         print(f"no warm start at {args.init}: building it once (python sft.py), then GRPO")
         sft.main(sft.get_parser().parse_args(["--out", args.init, "--threads", str(args.threads)]))
     model, ckpt = load_checkpoint(args.init)
@@ -207,12 +193,11 @@ def format_line(step, total, s, elapsed_per_step):
 
 
 def log_samples(path, step, batch, G, n=4):
-    """The first completion of the first n groups."""
-    for i in range(0, min(len(batch["texts"]), n * G), G):
-        p = batch["problems"][i]
-        append_jsonl(path, {"step": step, "prompt": p.prompt, "answer": p.answer, "completion": batch["texts"][i],
-                            "reward": float(batch["rewards"][i]), "correct": float(batch["reward_correct"][i]),
-                            "format": float(batch["reward_format"][i])})
+    """The first completion of the first n groups, with every reward component."""
+    for i in range(0, min(len(batch.texts), n * G), G):
+        p = batch.problems[i]
+        append_jsonl(path, {"step": step, "prompt": p.prompt, "answer": p.answer, "completion": batch.texts[i],
+                            **{("reward" if k == "total" else k): float(v[i]) for k, v in batch.rewards.items()}})
 
 
 # ---------------------------------------------------------------- main
@@ -237,7 +222,7 @@ def main(args):
     ref_model = None
     if cfg.kl > 0:  # a frozen copy of the warm start; none at all when beta = 0
         ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
@@ -256,7 +241,7 @@ def main(args):
 
     def evaluate_and_save(step, record):
         with autocast(device):
-            ev = grpo.evaluate(model, enc, evalset, args.max_new_tokens)
+            ev = evaluate(model, enc, evalset, args.max_new_tokens)
         record.update(eval_acc=ev["accuracy"], eval_format=ev["format"])
         print(f"eval step {step}: accuracy {ev['accuracy']:.1%} | think format {ev['format']:.1%} "
               f"| {time.time() - t_start:.0f}s since start", flush=True)
@@ -305,7 +290,8 @@ def resume_state(args):
     _, state = load_checkpoint(path)
     if "optimizer" not in state or "step" not in state:
         raise CheckpointError(f"{path} has no optimizer state or step: not a resumable checkpoint")
-    saved = argparse.Namespace(**state["args"])
+    saved = argparse.Namespace(**{f.name: f.default for f in fields(grpo.GRPOConfig)})  # flags newer than the run
+    vars(saved).update(state["args"])
     saved.resume, saved.threads, saved.device = args.resume, args.threads, args.device
     if args.steps is not None:  # allow extending a finished run
         saved.steps = args.steps

@@ -99,6 +99,12 @@ def test_aggregation_modes_match_hand_formulas():
     assert aggregate(loss, mask, "constant", max_len=40).item() == pytest.approx(sum(tok) / (5 * 40), rel=1e-5)
 
 
+def loss_and_stats(logp, old, ref, adv, mask, cfg):
+    """grpo_loss and the ratio statistics that grpo_step logs with it."""
+    loss, terms, ratio = grpo_loss(logp, old, ref, adv, mask, cfg)
+    return loss, {**terms, **grpo.ratio_stats(ratio, adv, logp, old, mask, *grpo.clip_range(cfg))}
+
+
 def loss_inputs(seed=0, B=6, T=10):
     g = torch.Generator().manual_seed(seed)
     logp = (torch.randn(B, T, generator=g) - 1).requires_grad_()
@@ -117,14 +123,14 @@ def loss_inputs(seed=0, B=6, T=10):
 def test_prompt_and_padding_never_contribute(kw):
     cfg = GRPOConfig(**kw)
     logp, old, ref, adv, mask = loss_inputs()
-    loss, stats = grpo_loss(logp, old, ref, adv, mask, cfg)
+    loss, stats = loss_and_stats(logp, old, ref, adv, mask, cfg)
     loss.backward()
     assert (logp.grad[~mask] == 0).all() and (logp.grad[mask] != 0).any()
     logp2 = logp.detach().clone()
     logp2[~mask] = torch.randn(int((~mask).sum())) * 10  # change only prompt / padding positions
     old2, ref2 = old.clone(), ref.clone()
     old2[~mask], ref2[~mask] = 5.0, -7.0
-    loss2, stats2 = grpo_loss(logp2, old2, ref2, adv, mask, cfg)
+    loss2, stats2 = loss_and_stats(logp2, old2, ref2, adv, mask, cfg)
     assert loss2.item() == pytest.approx(loss.item(), rel=1e-6)
     for k in stats:
         assert stats2[k].item() == pytest.approx(stats[k].item(), rel=1e-6), k
@@ -133,7 +139,7 @@ def test_prompt_and_padding_never_contribute(kw):
 def test_first_on_policy_update_has_ratio_one_and_no_clipping():
     logp, _, ref, adv, mask = loss_inputs(1)
     for level in ("token", "gspo", "sequence"):
-        _, stats = grpo_loss(logp, logp.detach(), ref, adv, mask, GRPOConfig(ratio_level=level, clip=0.0))
+        _, stats = loss_and_stats(logp, logp.detach(), ref, adv, mask, GRPOConfig(ratio_level=level, clip=0.0))
         assert stats["ratio_min"].item() == stats["ratio_max"].item() == 1.0
         assert stats["clip_frac"].item() == 0.0
 
@@ -142,9 +148,9 @@ def test_clip_fraction_counts_the_clipped_side():
     logp = torch.zeros(2, 2)
     old = torch.log(torch.tensor([[1 / 1.5, 1.0], [1 / 0.5, 1.0]]))  # ratios 1.5 and 0.5
     adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 2, dtype=torch.bool)
-    _, s = grpo_loss(logp, old, None, adv, mask, GRPOConfig())
+    _, s = loss_and_stats(logp, old, None, adv, mask, GRPOConfig())
     assert s["clip_frac_high"].item() == pytest.approx(0.25) and s["clip_frac_low"].item() == pytest.approx(0.25)
-    _, s = grpo_loss(logp, old, None, -adv, mask, GRPOConfig())  # wrong-way ratios are not clipped
+    _, s = loss_and_stats(logp, old, None, -adv, mask, GRPOConfig())  # wrong-way ratios are not clipped
     assert s["clip_frac"].item() == 0.0
 
 
@@ -179,10 +185,11 @@ def test_dynamic_sampling_keeps_only_groups_with_variance(enc, monkeypatch):
     stream = tasks.problems("easy", 0)
     cfg = GRPOConfig(group_size=4, max_new_tokens=3, dynamic_sampling=True, max_sampling_rounds=4, temperature=3.0)
     batch, zero_frac = grpo.sample_batch(model, enc, lambda: next(stream), 8, cfg, torch.Generator().manual_seed(0))
-    assert len(batch["rewards"]) % 4 == 0 and len(batch["rewards"]) <= 32
-    assert not zero_variance_groups(batch["rewards"], 4).any()
+    B = len(batch.rewards["total"])
+    assert B % 4 == 0 and B <= 32
+    assert not zero_variance_groups(batch.rewards["total"], 4).any()
     assert 0 < zero_frac < 1
-    assert batch["tokens"].shape[0] == len(batch["texts"]) == len(batch["problems"])
+    assert batch.tokens.shape[0] == batch.loss_mask.shape[0] == len(batch.texts) == len(batch.problems) == B
 
 
 def test_grpo_learns_a_trivial_reward(enc, monkeypatch):

@@ -38,7 +38,7 @@ def test_tiny_warm_start_lowers_the_loss(warm_and_losses):
 
 
 def test_checkpoint_for_another_tokenizer_is_refused(warm, tmp_path):
-    ckpt = torch.load(warm, weights_only=False)
+    ckpt = torch.load(warm, weights_only=True)
     ckpt["tokenizer"] = {"merges": []}  # bytes only: 259 tokens, the model has more
     torch.save(ckpt, tmp_path / "other_tok.pt")
     with pytest.raises(CheckpointError, match="tokenizer has 259 tokens"):
@@ -110,7 +110,7 @@ def test_nan_guard_stops_with_the_step_and_keeps_the_checkpoint(warm, tmp_path, 
     monkeypatch.setattr(grpo, "token_logprobs", poisoned)
     with pytest.raises(SystemExit, match="step 3: non-finite loss"):
         train.main(args_for(warm, tmp_path, "--steps", "5", "--save-every", "2"))
-    state = torch.load(tmp_path / "r" / "ckpt_latest.pt", weights_only=False)
+    state = torch.load(tmp_path / "r" / "ckpt_latest.pt", weights_only=True)
     assert state["step"] == 2
     assert [r["step"] for r in read_metrics(str(tmp_path / "r"))] == [0, 1, 2]
 

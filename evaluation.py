@@ -1,0 +1,46 @@
+"""Greedy accuracy and pass@k of a policy on a list of problems.
+
+Used by the warm start (sft.py) and by GRPO training (train.py) alike, so it sits beside
+the task and depends only on the model, the tokenizer and the rewards:
+
+    tasks / tokenizer / model / rewards  <-  evaluation  <-  sft, train
+
+`evaluate` decodes greedily with the same completion budget as training: the number a
+run reports is what the policy answers when it is not exploring.
+"""
+import torch
+
+import rewards
+from model import generate
+from tokenizer import decode_completions, encode_text
+
+
+@torch.no_grad()
+def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256):
+    """Greedy accuracy and share of completions in think format on a list of problems."""
+    was_training = model.training
+    model.eval()
+    correct = fmt = 0
+    for i in range(0, len(problems), batch_size):
+        chunk = problems[i:i + batch_size]
+        prompts = [encode_text(enc, p.prompt) for p in chunk]
+        tokens, mask, _ = generate(model, prompts, max_new_tokens, enc.eot_token, greedy=True)
+        for text, p in zip(decode_completions(enc, tokens, mask, max(map(len, prompts))), chunk):
+            correct += rewards.correctness_reward(text, p.answer)
+            fmt += rewards.format_reward(text)
+    model.train(was_training)
+    return {"accuracy": correct / len(problems), "format": fmt / len(problems)}
+
+
+@torch.no_grad()
+def pass_at_k(model, enc, problems, k=8, temperature=1.0, seed=0, max_new_tokens=40):
+    """Share of problems with at least one correct answer among k samples."""
+    gen = torch.Generator(device=model.wte.weight.device).manual_seed(seed)
+    was_training = model.training
+    model.eval()
+    prompts = [encode_text(enc, p.prompt) for p in problems for _ in range(k)]
+    tokens, mask, _ = generate(model, prompts, max_new_tokens, enc.eot_token, temperature, generator=gen)
+    model.train(was_training)
+    texts = decode_completions(enc, tokens, mask, max(map(len, prompts)))
+    hits = [rewards.correctness_reward(t, p.answer) for t, p in zip(texts, (p for p in problems for _ in range(k)))]
+    return sum(max(hits[i * k:(i + 1) * k]) for i in range(len(problems))) / len(problems)
