@@ -107,3 +107,12 @@ def test_checkpoint_roundtrip_and_clear_errors(model, tmp_path):
     torch.save(ckpt, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="does not match"):
         load_checkpoint(str(tmp_path / "other.pt"))
+
+
+def test_checkpoint_holding_a_pickled_object_is_refused(model, tmp_path):
+    """weights_only loading: a checkpoint from someone else cannot run code on load."""
+    import argparse
+    path = str(tmp_path / "evil.pt")
+    save_checkpoint(path, model, {"args": argparse.Namespace(lr=1.0)})  # any non-plain object
+    with pytest.raises(CheckpointError, match=r"refusing .*pickled object \(argparse.Namespace\)"):
+        load_checkpoint(path)

@@ -1,0 +1,204 @@
+"""grpo_step, knob by knob: each test fails if the knob silently stops acting.
+
+pi_old is fixed across updates, minibatches split whole groups, the loss mask is the
+completion only, the KL uses the reference, the sampler and the learner describe the
+same distribution, CISPO's weight carries no gradient, statistics ignore padding.
+"""
+import copy
+
+import pytest
+import torch
+
+import grpo
+import rewards
+import tasks
+from grpo import GRPOConfig
+from model import GPT, GPTConfig, generate, load_checkpoint
+from tokenizer import build_tokenizer
+
+
+@pytest.fixture(scope="module")
+def enc():
+    return build_tokenizer({"merges": []})
+
+
+def tiny_model(enc, seed=0):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=enc.n_vocab, max_seq_len=48, n_layer=1, n_head=2, d_model=32))
+
+
+@pytest.fixture
+def digit_reward(monkeypatch):
+    """A trivially learnable reward with mixed values from the start: 1 for a leading digit."""
+    def score(text, answer, n_tokens, **kw):
+        r = float(text[:1].isdigit())
+        return {"total": r, "correct": r, "format": 0.0, "overlong": 0.0}
+    monkeypatch.setattr(rewards, "score", score)
+
+
+def run_step(enc, model, cfg, ref=None, lr=1e-3, n_prompts=4, seed=0):
+    stream = tasks.problems("easy", seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    return grpo.grpo_step(model, ref, opt, enc, lambda: next(stream), n_prompts, cfg, torch.Generator().manual_seed(seed))
+
+
+def spy(monkeypatch, name):
+    """Record the arguments of every call of grpo.<name>, still calling it."""
+    calls, real = [], getattr(grpo, name)
+
+    def wrapper(*args, **kw):
+        calls.append(args)
+        return real(*args, **kw)
+    monkeypatch.setattr(grpo, name, wrapper)
+    return calls
+
+
+CFG = dict(group_size=4, max_new_tokens=4, temperature=2.0)  # hot: varied samples from a random model
+
+
+def test_minibatches_split_whole_groups_covering_the_batch():
+    for B, G, K in [(32, 4, 2), (32, 4, 3), (24, 8, 3), (16, 4, 1)]:
+        parts = grpo.minibatch_rows(B, G, K)
+        assert len(parts) == K
+        rows = torch.cat(parts)
+        assert sorted(rows.tolist()) == list(range(B))  # disjoint and covering
+        for p in parts:
+            assert len(p) % G == 0 and all(p.view(-1, G)[:, 0] % G == 0)  # whole groups
+
+
+@pytest.mark.parametrize("mu,K", [(1, 1), (2, 1), (1, 2), (3, 2)])
+def test_k_minibatches_take_k_times_mu_optimizer_steps(enc, digit_reward, monkeypatch, mu, K):
+    steps = []
+    monkeypatch.setattr(torch.optim.Adam, "step", lambda self, *a, **k: steps.append(1))
+    losses = spy(monkeypatch, "grpo_loss")
+    run_step(enc, tiny_model(enc), GRPOConfig(**CFG, mu=mu, minibatches=K), n_prompts=4)
+    assert len(steps) == mu * K
+    assert [len(c[3]) for c in losses[:K]] == [len(r) for r in grpo.minibatch_rows(16, 4, K)]
+
+
+@pytest.mark.parametrize("mu,K", [(1, 1), (2, 1), (1, 2), (2, 2)])
+def test_old_logprobs_are_the_sampling_policys(enc, digit_reward, monkeypatch, mu, K):
+    model = tiny_model(enc)
+    before = copy.deepcopy(model)
+    losses = spy(monkeypatch, "grpo_loss")
+    batch, stats = run_step(enc, model, GRPOConfig(**CFG, mu=mu, minibatches=K), lr=1e-2)
+    want, _ = grpo.token_logprobs(before, batch.tokens, batch.mask, batch.loss_mask, CFG["temperature"])
+    old = torch.cat([c[1] for c in losses[:K]])  # the minibatches of the first epoch cover the batch in order
+    torch.testing.assert_close(old, want, rtol=1e-5, atol=1e-6)
+    for c in losses[K:]:  # later epochs see the same pi_old
+        assert any(torch.equal(c[1], o[1]) for o in losses[:K])
+
+
+def test_ppo_kl_is_zero_before_any_update(enc, digit_reward):
+    _, stats = run_step(enc, tiny_model(enc), GRPOConfig(**CFG), lr=1e-2)
+    assert stats["ppo_kl"] == 0.0 and stats["ratio_min"] == stats["ratio_max"] == 1.0
+
+
+@pytest.mark.parametrize("mu,K", [(2, 1), (2, 2)])
+def test_later_updates_see_the_policy_move_away_from_pi_old(enc, digit_reward, mu, K):
+    """Inside grpo_step: after the first update at a large lr, ratios leave 1 and the clip acts."""
+    _, stats = run_step(enc, tiny_model(enc), GRPOConfig(**CFG, mu=mu, minibatches=K, clip=0.05), lr=5e-2)
+    assert stats["ratio_max"] > 1.05 or stats["ratio_min"] < 0.95
+    assert stats["clip_frac"] > 0 and stats["ppo_kl"] != 0
+
+
+@pytest.mark.parametrize("mask_truncated", [False, True])
+def test_loss_mask_is_the_completion_only(tiny_warm, monkeypatch, mask_truncated):
+    """With the trained tiny warm start, 8 tokens end direct answers but truncate reasoned ones."""
+    model, ckpt = load_checkpoint(tiny_warm[0])
+    losses = spy(monkeypatch, "grpo_loss")
+    cfg = GRPOConfig(group_size=4, max_new_tokens=8, mask_truncated=mask_truncated)
+    batch, _ = run_step(build_tokenizer(ckpt["tokenizer"]), model, cfg, n_prompts=8)
+    used = losses[0][4]  # (B, T)
+    P = batch.prompt_len
+    completion = batch.mask.clone()
+    completion[:, :P] = False  # (B, L): generated tokens, end-of-text included
+    expected = completion[:, 1:]
+    if mask_truncated:
+        expected = expected & ~batch.truncated[:, None]
+    assert torch.equal(used, expected)
+    assert batch.truncated.any() and (~batch.truncated).any()  # both kinds of rows were there to mask
+    assert not used[:, :P - 1].any()  # never a prompt token
+
+
+def test_kl_term_uses_the_reference_model(enc, digit_reward):
+    model = tiny_model(enc)
+    _, same = run_step(enc, model, GRPOConfig(**CFG, kl=0.1), ref=copy.deepcopy(model))
+    assert same["kl"] == pytest.approx(0.0, abs=1e-7)  # first update: the policy is its reference
+    ref = tiny_model(enc, seed=1)  # a reference that differs from the policy
+    _, other = run_step(enc, model, GRPOConfig(**CFG, kl=0.1), ref=ref)
+    assert other["kl"] > 1e-3
+
+
+def test_sampler_and_learner_describe_the_same_distribution(enc):
+    """At T = 0.7 the empirical frequencies of sampled first tokens match exp(logp)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=enc.n_vocab, max_seq_len=16, n_layer=1, n_head=2, d_model=32))
+    with torch.no_grad():
+        model.wte.weight.mul_(5)  # ~200 tokens with >= 5 expected draws, the top one at p ~ 0.13
+    prompt, n, T = [5, 6, 7], 4000, 0.7
+    tokens, mask, sampler_logp = generate(model, [prompt] * n, 1, enc.eot_token, temperature=T,
+                                          generator=torch.Generator().manual_seed(1))
+    counts = torch.bincount(tokens[:, 3], minlength=enc.n_vocab).double()  # (V,)
+    # the learner's log-prob of every possible first token, through grpo.token_logprobs
+    every = torch.tensor([prompt + [v] for v in range(enc.n_vocab)])
+    logp, _ = grpo.token_logprobs(model, every, torch.ones_like(every, dtype=torch.bool),
+                                  torch.tensor([[False, False, True]]).expand(enc.n_vocab, 3), T)
+    p = logp[:, 2].double().exp()  # (V,)
+    assert p.sum().item() == pytest.approx(1.0, abs=1e-4)
+    seen = p * n >= 5  # Pearson's chi-square over tokens with enough expected counts, the rest pooled
+    observed = torch.cat([counts[seen], counts[~seen].sum()[None]])
+    expected = torch.cat([p[seen] * n, p[~seen].sum()[None] * n])
+    chi2 = ((observed - expected) ** 2 / expected.clamp(min=1e-9)).sum().item()
+    dof = int(seen.sum())  # (cells - 1)
+    assert dof >= 5 and chi2 < dof + 4 * (2 * dof) ** 0.5, (chi2, dof)  # ~ the 99.99% quantile
+    # and the sampler's own record of each draw equals the learner's log-prob of it
+    torch.testing.assert_close(sampler_logp[:, 3], logp[tokens[:, 3], 2], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("T", [0.7, 1.3])
+def test_fused_and_unfused_logprobs_agree(enc, T):
+    model = tiny_model(enc)
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(0, enc.n_vocab, (5, 12), generator=g)
+    mask = torch.rand(5, 12, generator=g) > 0.2
+    loss_mask = mask[:, 1:] & (torch.arange(11) >= 4)
+    a = grpo.token_logprobs(model, tokens, mask, loss_mask, T, fused=True)
+    b = grpo.token_logprobs(model, tokens, mask, loss_mask, T, fused=False)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+        assert (x[~loss_mask] == 0).all()
+
+
+def test_rollout_sampler_logp_equals_learner_logp_without_truncation(enc):
+    model = tiny_model(enc)
+    stream = tasks.problems("easy", 0)
+    batch = grpo.rollout(model, enc, [next(stream) for _ in range(3)], GRPOConfig(**CFG), torch.Generator().manual_seed(0))
+    logp, _ = grpo.token_logprobs(model, batch.tokens, batch.mask, batch.loss_mask, CFG["temperature"])
+    torch.testing.assert_close(batch.sampler_logp * batch.loss_mask, logp, rtol=1e-4, atol=1e-5)
+
+
+def test_cispo_weight_carries_no_gradient():
+    """On-policy, d(objective)/d(logp) is exactly the advantage: the clipped ratio is a constant weight."""
+    logp = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    A = torch.tensor([[1.5], [-0.5], [2.0]], dtype=torch.float64)
+    ratio = grpo.policy_ratio(logp, logp.detach(), mask, "token")
+    grpo.cispo_objective(ratio, A, logp, 0.2, 0.28).sum().backward()
+    assert torch.equal(logp.grad, A.expand(3, 4))
+
+
+def test_logged_statistics_ignore_padding_columns():
+    g = torch.Generator().manual_seed(0)
+    logp, old = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
+    adv, mask = torch.randn(4, generator=g), torch.rand(4, 6, generator=g) > 0.3
+    cfg = GRPOConfig(clip=0.1)
+    _, _, ratio = grpo.grpo_loss(logp, old, None, adv, mask, cfg)
+    a = grpo.ratio_stats(ratio, adv, logp, old, mask, *grpo.clip_range(cfg))
+    pad = lambda x, v: torch.cat([x, torch.full((4, 3), v, dtype=x.dtype)], 1)  # noqa: E731  3 padding columns
+    logp2, old2, mask2 = pad(logp, 5.0), pad(old, -5.0), pad(mask, False)
+    _, _, ratio2 = grpo.grpo_loss(logp2, old2, None, adv, mask2, cfg)
+    b = grpo.ratio_stats(ratio2, adv, logp2, old2, mask2, *grpo.clip_range(cfg))
+    assert a["clip_frac"] > 0
+    for k in a:
+        assert b[k].item() == pytest.approx(a[k].item(), rel=1e-6), k
