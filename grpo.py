@@ -19,13 +19,26 @@ Every idea of the chapter lives in one function here and every variant is a flag
 - loss aggregation: per-sequence mean then batch mean (GRPO), token mean (DAPO), token sum
   over a constant (Dr. GRPO); optional masking of truncated completions.
 
-Departures from the book, and why:
-- The book samples new completions for every inner epoch, so its ratio is always 1 and
-  clipping never acts. We sample once per step and take mu optimizer steps on the same
-  rollouts; the old log-probs are those of the policy that sampled them.
-- The book keeps a reference model even when beta = 0; we only build one when beta > 0.
+Where this departs from the book's scripts, and why (files in rasbt/reasoning-from-scratch,
+ch07/03_rlvr_grpo_scripts_advanced/):
+- Rollouts and pi_old. `7_4_plus_clip_ratio.py` deep-copies the policy into a frozen
+  `old_model` at each step, and each of its `--inner_epochs` (2 by default) samples
+  fresh rollouts from that frozen copy and scores their old log-probs with it; the
+  policy, updated after the first epoch, then differs from it, so the ratio is not 1
+  on the second epoch. Clipping still rarely acts there: `clip_eps` defaults to 10.0
+  (clamp to [-9, 11]: a positive ratio is only ever clipped above 11), and its sequence-level ratio uses
+  `torch.where(adv >= 0, min, max)`, which clips the wrong side for negative
+  advantages (see `clipped_objective`). We sample once per step and reuse those
+  rollouts for mu epochs of K minibatch updates (`--mu`, `--minibatches`, as TRL's
+  steps_per_generation and verl's ppo_mini_batch_size do), so the later updates are
+  off-policy by construction; pi_old is the policy that sampled them.
+- Ratio: token level by default (GRPO, DeepSeekMath); the book's summed sequence ratio
+  is `--ratio-level sequence`.
+- The reference model: like `7_5_plus_kl.py`, which builds it only `if args.kl_coeff`,
+  we build one only when beta > 0. The book's KL term, `kl_coeff * mean(new_logps -
+  ref_logps)` on summed sequence log-probs, is `--kl-estimator k1 --kl-level sequence`.
 - Log-probs and entropy come from fused kernels (kernels/) that never materialise a
-  (N, V) log-softmax, and, by default, never the (N, V) logits either.
+  (N, V) log-softmax, by default not even the logits, and only for completion rows.
 """
 from dataclasses import dataclass, field
 

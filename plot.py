@@ -11,6 +11,16 @@ still being written, or on runs copied from another machine.
     python plot.py runs/A --panels basic --out figs/basic.png
     python plot.py runs/A runs/B --metrics reward,entropy,eval_acc --out cmp.png
     python plot.py runs/A --smooth 0.1      # lighter smoothing
+    python plot.py runs/exp/clip runs/exp/baseline   # experiments with seed0/, seed1/, ...:
+                                            # mean over seeds with a min..max band each
+    python plot.py runs/x runs/y --band     # any runs as seeds of one experiment
+
+Seeds. A folder without metrics.jsonl whose seed<k>/ subfolders have one is an
+experiment run over several seeds (experiments.py writes them so); so are seed<k>
+folders of one parent given side by side, and any runs given with --band. Such a group
+is drawn as one line, the mean over its seeds at the steps every seed logged, inside a
+band from the smoothed minimum to the smoothed maximum over seeds (eval metrics: the
+mean with markers in the unsmoothed min..max band, instead of bars).
 
 Panel groups (`--panels`, default all four; `kl` is skipped when no run logged kl):
     basic     loss, reward, response length, eval accuracy (the chapter's 2x2 figure)
@@ -39,6 +49,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -126,6 +137,56 @@ def load_run(folder):
     return os.path.basename(os.path.abspath(folder)), records
 
 
+def seed_folders(folder):
+    """The seed<k>/ subfolders of an experiment folder that hold metrics, in seed order."""
+    subs = [d for d in os.listdir(folder) if re.fullmatch(r"seed\d+", d)
+            and os.path.isfile(os.path.join(folder, d, "metrics.jsonl"))]
+    return [os.path.join(folder, d) for d in sorted(subs, key=lambda d: int(d[4:]))]
+
+
+def load_runs(folders, band=False):
+    """(name, records) per line to draw. Seeds of one experiment become one merged run."""
+    groups = []  # (name, [folders])
+    for f in folders:
+        f = os.path.normpath(f)
+        if os.path.isdir(f) and not os.path.isfile(os.path.join(f, "metrics.jsonl")) and seed_folders(f):
+            groups.append((os.path.basename(os.path.abspath(f)), seed_folders(f)))
+            continue
+        parent, base = os.path.split(os.path.abspath(f))
+        if re.fullmatch(r"seed\d+", base) and groups and groups[-1][0] == os.path.basename(parent) \
+                and os.path.dirname(os.path.abspath(groups[-1][1][-1])) == parent:
+            groups[-1][1].append(f)  # another seed of the experiment just before
+        elif re.fullmatch(r"seed\d+", base):
+            groups.append((os.path.basename(parent), [f]))
+        else:
+            groups.append((base, [f]))
+    if band:
+        groups = [(" + ".join(n for n, _ in groups) if len(groups) < 4 else f"{len(folders)} runs",
+                   [f for _, fs in groups for f in fs])]
+    runs = []
+    for name, fs in groups:
+        members = [load_run(f)[1] for f in fs]
+        runs.append((name if len(fs) == 1 else f"{name} ({len(fs)} seeds)",
+                     members[0] if len(members) == 1 else merge_seeds(members)))
+    return runs
+
+
+def merge_seeds(members):
+    """One record per step that every seed logged: the mean of each numeric key that
+    every seed has there, and its min and max over seeds as key:min and key:max."""
+    by_step = [{r["step"]: r for r in recs} for recs in members]
+    merged = []
+    for step in sorted(set.intersection(*(set(b) for b in by_step))):
+        rows = [b[step] for b in by_step]
+        rec = {"step": step}
+        for key in rows[0]:
+            vals = [r.get(key) for r in rows]
+            if key != "step" and all(is_number(v) for v in vals):
+                rec[key], rec[key + ":min"], rec[key + ":max"] = sum(vals) / len(vals), min(vals), max(vals)
+        merged.append(rec)
+    return merged
+
+
 def series(records, key):
     """(steps, values) as float arrays, over the records where `key` is a finite number."""
     pts = [(r["step"], r[key]) for r in records if is_number(r.get(key))]
@@ -167,9 +228,19 @@ def color(i):
     return cycle[i % len(cycle)]
 
 
-def draw_line(ax, steps, values, c, label, frac, ls="-"):
-    ax.plot(steps, values, color=c, alpha=0.25, lw=0.8, ls=ls)  # raw, no legend entry
+def draw_line(ax, steps, values, c, label, frac, ls="-", band=None):
+    """Raw values faint, smoothed on top; band = (min, max) over seeds, smoothed, shaded."""
+    if band is not None:
+        ax.fill_between(steps, moving_average(band[0], frac), moving_average(band[1], frac), color=c, alpha=0.18, lw=0)
+    else:
+        ax.plot(steps, values, color=c, alpha=0.25, lw=0.8, ls=ls)  # raw, no legend entry
     ax.plot(steps, moving_average(values, frac), color=c, lw=1.6, ls=ls, label=label)
+
+
+def seed_band(recs, key):
+    """(min, max) over seeds at each step of series(recs, key), or None for a single run."""
+    lo, hi = series(recs, key + ":min")[1], series(recs, key + ":max")[1]
+    return (lo, hi) if len(lo) and len(lo) == len(series(recs, key)[1]) else None
 
 
 def draw_run(ax, i, name, recs, keys, frac):
@@ -179,7 +250,7 @@ def draw_run(ax, i, name, recs, keys, frac):
         steps, values = series(recs, key)
         if len(steps):
             label = name if len(keys) == 1 else f"{name} {key}"
-            draw_line(ax, steps, values, color(i), label, frac, ls)
+            draw_line(ax, steps, values, color(i), label, frac, ls, seed_band(recs, key))
             drawn = True
     return drawn
 
@@ -234,10 +305,17 @@ def draw_bars(ax, runs, key):
     found = [f for f in found if len(f[2])]
     if not found:
         return False
-    width = bar_width([f[2] for f in found], len(found))
-    for j, (i, name, steps, values) in enumerate(found):
-        offset = (j - (len(found) - 1) / 2) * width
-        ax.bar(steps + offset, values, width=width, color=color(i), alpha=0.85, label=name)
+    if any(seed_band(runs[i][1], key) is not None for i, *_ in found):
+        for i, name, steps, values in found:  # seeds: mean with markers in its min..max band, unsmoothed
+            band = seed_band(runs[i][1], key)
+            if band is not None:
+                ax.fill_between(steps, band[0], band[1], color=color(i), alpha=0.18, lw=0)
+            ax.plot(steps, values, color=color(i), lw=1.6, marker="o", ms=3, label=name)
+    else:
+        width = bar_width([f[2] for f in found], len(found))
+        for j, (i, name, steps, values) in enumerate(found):
+            offset = (j - (len(found) - 1) / 2) * width
+            ax.bar(steps + offset, values, width=width, color=color(i), alpha=0.85, label=name)
     if key.startswith("eval_") and all(0 <= v <= 1 for f in found for v in f[3]):
         ax.set_ylim(0, 1.05)  # fractions: keep the scale fixed so runs compare by eye
     return True
@@ -309,7 +387,7 @@ def split_list(s):
 def main(args):
     """Write the PNGs; returns their paths. Exits with code 2 on a missing run or metrics file."""
     try:
-        runs = [load_run(r) for r in args.runs]
+        runs = load_runs(args.runs, args.band)
     except (RunError, OSError) as e:
         print(f"plot.py: error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -363,6 +441,8 @@ def build_parser():
     p.add_argument("--out", default=None,
                    help="output PNG; with several panel groups X.png becomes X_<group>.png; "
                         "None writes <first RUN>/plot_<group>.png")
+    p.add_argument("--band", action="store_true",
+                   help="draw all RUNs as seeds of one experiment: their mean, in a min..max band")
     p.add_argument("--smooth", type=parse_smooth, default=0.25,
                    help="moving-average window as a fraction of the points so far "
                         "(trailing; 0 = raw values only)")

@@ -1,4 +1,4 @@
-"""experiments.py: every experiment's flags are valid train.py flags; the table reads runs."""
+"""experiments.py: every experiment's flags are valid train.py flags; seeds, table and lessons read runs."""
 import json
 
 import pytest
@@ -9,27 +9,49 @@ import train
 
 @pytest.mark.parametrize("name", list(experiments.EXPERIMENTS))
 def test_every_experiment_parses_as_train_flags(name):
-    flags, _ = experiments.EXPERIMENTS[name]
-    args = train.get_parser().parse_args(experiments.COMMON + flags)
+    cmd = experiments.command(name, 3, "runs/exp")
+    args = train.get_parser().parse_args(cmd[2:])
     train.check_args(args)
     train.grpo_config(args)
+    assert args.seed == 3 and args.runs_dir == "runs/exp/" + name and args.run_name == "seed3"
 
 
-def test_comparisons_name_existing_experiments():
+def test_comparisons_and_lessons_name_existing_experiments():
     for names, _ in experiments.COMPARISONS.values():
+        assert set(names) <= set(experiments.EXPERIMENTS)
+    for names, _, _ in experiments.LESSONS.values():
         assert set(names) <= set(experiments.EXPERIMENTS)
 
 
-def test_table_summarises_a_run(tmp_path):
-    run = tmp_path / "clip"
-    run.mkdir()
-    rows = [{"step": 0, "time": 0, "eval_acc": 0.25}]
-    rows += [{"step": s, "time": 6.0 * s, "reward": s / 20, "entropy": 0.2, "resp_len": 10 + s, "clip_frac": 0.01}
+def write_run(folder, evals, reward=lambda s: s / 20, tail=""):
+    folder.mkdir(parents=True)
+    rows = [{"step": 0, "time": 0, "eval_acc": evals[0]}]
+    rows += [{"step": s, "time": 6.0 * s, "reward": reward(s), "entropy": 0.2, "resp_len": 10 + s, "clip_frac": 0.01}
              for s in range(1, 21)]
-    rows[10]["eval_acc"], rows[20]["eval_acc"] = 0.75, 0.7
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 21, "rew')
-    table = experiments.table(str(tmp_path))
-    line = [l for l in table.splitlines() if l.startswith("| clip")][0]
-    assert "25.0%" in line and "70.0%" in line and "75.0%" in line  # start, final, peak
-    assert "0.275 -> 0.775" in line  # reward: mean of the first ten steps -> the last ten
-    assert "15.5 -> 25.5" in line and "| 2.0 |" in line  # length trend, minutes
+    rows[10]["eval_acc"], rows[20]["eval_acc"] = evals[1], evals[2]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + tail)
+
+
+def test_table_is_mean_and_std_over_seeds(tmp_path):
+    write_run(tmp_path / "clip" / "seed0", [0.25, 0.75, 0.7], tail='{"step": 21, "rew')  # a cut last line
+    write_run(tmp_path / "clip" / "seed1", [0.25, 0.85, 0.8])
+    line = [l for l in experiments.table(str(tmp_path)).splitlines() if l.startswith("| clip")][0]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[:5] == ["clip", "2", "25.0% ± 0.0%", "75.0% ± 7.1%", "80.0% ± 7.1%"]  # start, final, peak
+    assert cells[5] == "0.775" and cells[7] == "25.5" and cells[-1] == "2.0"  # reward and length of the last 10 steps
+
+
+def test_lessons_count_the_seeds_where_they_hold(tmp_path, monkeypatch):
+    for seed, end in [(0, 0.3), (1, 0.5)]:
+        write_run(tmp_path / "baseline" / f"seed{seed}", [0.2, 0.8, end])
+        write_run(tmp_path / "clip" / f"seed{seed}", [0.2, 0.8, 0.8])
+    monkeypatch.setattr(experiments, "LESSONS", {"falls": (["baseline", "clip"],
+                                                           lambda b, c: b["peak"] - b["final"] >= 0.4, "a claim")})
+    assert "**falls** (a claim): held in 1 of 2 seeds (not in seed1)" in experiments.table(str(tmp_path))
+
+
+def test_table_goes_between_the_readme_markers(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- experiments table: begin -->\nold\n<!-- experiments table: end -->\nrest\n")
+    experiments.write_into_readme(str(readme), "| new |")
+    assert readme.read_text() == "intro\n<!-- experiments table: begin -->\n| new |\n<!-- experiments table: end -->\nrest\n"

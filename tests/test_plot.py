@@ -212,3 +212,22 @@ def test_help():
     assert r.returncode == 0
     for flag in ("--panels", "--metrics", "--out", "--smooth"):
         assert flag in r.stdout
+
+
+def test_seed_folders_become_one_mean_line_with_a_band(tmp_path):
+    for k, scale in enumerate([1.0, 2.0, 3.0]):
+        write_run(tmp_path / "exp" / f"seed{k}", n=8)
+        path = tmp_path / "exp" / f"seed{k}" / "metrics.jsonl"
+        rows = [json.loads(l) for l in path.read_text().splitlines()]
+        for r in rows:
+            r["reward"] = scale * r["step"]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for args in ([str(tmp_path / "exp")], [str(tmp_path / "exp" / f"seed{k}") for k in range(3)]):
+        (name, recs), = plot.load_runs(args)  # the experiment folder, or its seed folders side by side
+        assert name == "exp (3 seeds)"
+        r = [x for x in recs if x["step"] == 4][0]
+        assert (r["reward"], r["reward:min"], r["reward:max"]) == (8.0, 4.0, 12.0)
+    (name, _), = plot.load_runs([str(tmp_path / "exp" / "seed0"), str(tmp_path / "exp" / "seed2")], band=False)
+    out = tmp_path / "band.png"
+    plot.main(plot.build_parser().parse_args([str(tmp_path / "exp"), "--metrics", "reward,eval_acc", "--out", str(out)]))
+    assert out.read_bytes()[:8] == PNG_MAGIC
