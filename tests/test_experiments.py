@@ -38,7 +38,7 @@ def test_table_is_mean_and_std_over_seeds(tmp_path):
     line = [l for l in experiments.table(str(tmp_path)).splitlines() if l.startswith("| clip")][0]
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[:5] == ["clip", "2", "25.0% ± 0.0%", "75.0% ± 7.1%", "80.0% ± 7.1%"]  # start, final, peak
-    assert cells[5] == "0.775" and cells[7] == "25.5" and cells[-1] == "2.0"  # reward and length of the last 10 steps
+    assert cells[5] == "0.775 ± 0.000" and cells[7] == "25.5 ± 0.0" and cells[-1] == "2.0 ± 0.0"  # reward and length of the last 10 steps
 
 
 def test_lessons_count_the_seeds_where_they_hold(tmp_path, monkeypatch):
