@@ -2,7 +2,7 @@
 
 Read top to bottom; `grpo_step` at the end strings the pieces together:
 
-    problems -> rollout (G samples each, scored by rewards.py) -> group_advantages
+    problems -> rollout (rollouts.py: G samples each, scored by rewards.py) -> advantages
              -> token_logprobs (kernels/) -> policy_ratio -> clipped_objective
              (+ kl_penalty to the reference) -> aggregate -> backward -> update
 
@@ -17,7 +17,12 @@ Every idea of the chapter lives in one function here and every variant is a flag
 - KL to a frozen reference with Schulman's k1 / k2 / k3 estimators, per token or, as the
   book does it, on summed sequence log-probs;
 - loss aggregation: per-sequence mean then batch mean (GRPO), token mean (DAPO), token sum
-  over a constant (Dr. GRPO); optional masking of truncated completions.
+  over a constant (Dr. GRPO); optional masking of truncated completions;
+- several updates per rollout: mu epochs of K minibatches, with pi_old fixed;
+- corrections for off-policy data: truncated importance sampling (Yao et al. 2025), and
+  DeepSeek-V3.2's kept sampling mask, off-policy sequence masking and re-weighted KL;
+- GDPO (Liu et al. 2026): normalise each reward term before summing; an entropy bonus.
+Recipes (RECIPES, `--recipe`) are named sets of these flags.
 
 Where this departs from the book's scripts, and why (files in rasbt/reasoning-from-scratch,
 ch07/03_rlvr_grpo_scripts_advanced/):
@@ -46,8 +51,7 @@ import torch
 
 import rewards
 from kernels import linear_logprobs_and_entropy, token_logprobs_and_entropy
-from model import generate
-from tokenizer import decode_completions, encode_text
+from rollouts import concat_rollouts, group_rows, minibatch_rows, rollout, take_rows
 
 
 def knob(group, default, help, choices=None, type=None):
@@ -71,6 +75,8 @@ class GRPOConfig:
     # advantages and sampling
     adv_norm: str = knob("advantages and sampling", "group", "divide by the std of the group, the batch, or not (Dr. GRPO)",
                          ["group", "batch", "none"])
+    reward_norm: str = knob("advantages and sampling", "sum_then_norm", "normalise the summed reward, or each term "
+                            "first (GDPO)", ["sum_then_norm", "norm_then_sum"])
     dynamic_sampling: bool = knob("advantages and sampling", False, "DAPO: drop groups with equal rewards, draw more")
     max_sampling_rounds: int = knob("advantages and sampling", 3, "rollout rounds per step with dynamic sampling")
     # objective
@@ -87,84 +93,42 @@ class GRPOConfig:
     kl_level: str = knob("objective", "token", "per token, or the book's on summed log-probs", ["token", "sequence"])
     loss_agg: str = knob("objective", "seq_mean", "GRPO, DAPO, or Dr. GRPO aggregation", ["seq_mean", "token_mean", "constant"])
     mask_truncated: bool = knob("objective", False, "truncated completions contribute no loss")
+    entropy_coef: float = knob("objective", 0.0, "alpha: subtract alpha * entropy from the loss (an entropy bonus)")
+    # off-policy corrections
+    tis_cap: float = knob("off-policy corrections", 0.0, "C: truncated importance sampling, weight each token by "
+                          "min(pi_old / pi_sampler, C) (0: off)")
+    keep_sampling_mask: bool = knob("off-policy corrections", False, "log-probs over the support top-k / top-p "
+                                    "sampled from (DeepSeek-V3.2)")
+    off_policy_mask: float = knob("off-policy corrections", float("inf"), "delta: drop negative-advantage sequences "
+                                  "whose KL to the sampler exceeds it (DeepSeek-V3.2; inf: off)")
+    kl_reweight: bool = knob("off-policy corrections", False, "weight the KL estimate by pi / pi_old (DeepSeek-V3.2)")
     fused_head: bool = knob("objective", True, "log-probs straight from hidden states (never the logits)")
     # optimisation
     lr: float = knob("optimisation", 1e-4, "Adam learning rate")
     max_grad_norm: float = knob("optimisation", 1.0, "gradient clipping")
 
 
-# ---------------------------------------------------------------- 1. rollouts
-
-@dataclass
-class Rollouts:
-    """One step's data. B = n_prompts * G rows; the G samples of a prompt are adjacent."""
-    tokens: torch.Tensor        # (B, L) prompt (left-padded to prompt_len), completion (right-padded)
-    mask: torch.Tensor          # (B, L) real tokens
-    loss_mask: torch.Tensor     # (B, T = L - 1) target tokens[:, 1:] is a completion token: the shift, done once
-    sampler_logp: torch.Tensor  # (B, T) log-prob of each target under the distribution that drew it
-    truncated: torch.Tensor     # (B,) the completion never emitted <|endoftext|>
-    rewards: dict               # name -> (B,): what rewards.score returns; "total" drives the advantages
-    texts: list                 # (B,) completion strings
-    problems: list              # (B,) tasks.Problem of each row
-    prompt_len: int             # P
-
-
-def rollout(model, enc, problems, cfg, generator):
-    """Sample G completions for each problem and score them -> Rollouts."""
-    repeated = [p for p in problems for _ in range(cfg.group_size)]  # each prompt G times, adjacent
-    prompts = [encode_text(enc, p.prompt) for p in repeated]
-    model.eval()
-    tokens, mask, sampler_logp = generate(model, prompts, cfg.max_new_tokens, enc.eot_token, cfg.temperature,
-                                          cfg.top_k, cfg.top_p, generator)
-    model.train()
-    P = max(map(len, prompts))
-    loss_mask = mask[:, 1:].clone()  # (B, T)
-    loss_mask[:, :P - 1] = False  # targets before position P are prompt (or padding)
-    completion = tokens[:, P:].masked_fill(~mask[:, P:], -1)  # (B, n) padding can never equal eot
-    texts = decode_completions(enc, tokens, mask, P)
-    scores = [rewards.score(t, p.answer, n, format_weight=cfg.format_weight, gated=cfg.gated,
-                            max_len=cfg.max_new_tokens, overlong_cache=cfg.overlong_cache)
-              for t, p, n in zip(texts, repeated, loss_mask.sum(1).tolist())]
-    return Rollouts(tokens, mask, loss_mask, sampler_logp[:, 1:], truncated=~(completion == enc.eot_token).any(1),
-                    rewards={k: torch.tensor([s[k] for s in scores]) for k in scores[0]},  # each (B,)
-                    texts=texts, problems=repeated, prompt_len=P)
+# Each recipe is a set of GRPOConfig values (`python train.py --recipe NAME`; flags given
+# explicitly still win). The README's recipe table says which paper or book script each follows.
+RECIPES = {
+    "grpo": {},  # DeepSeekMath's GRPO as this file's defaults: group std, per-sequence mean, eps 0.2
+    "dapo": dict(clip_high=0.28, loss_agg="token_mean", dynamic_sampling=True, overlong_cache=8, kl=0.0,
+                 minibatches=2),
+    "drgrpo": dict(adv_norm="none", loss_agg="constant"),
+    "gspo": dict(ratio_level="gspo", clip=3e-4, clip_high=4e-4, minibatches=2),
+    "cispo": dict(objective="cispo", clip=float("inf"), clip_high=0.28, loss_agg="token_mean", minibatches=2),
+    # the book's 7_7_improvements/olmo3_style.py, items 1-7
+    "olmo3": dict(dynamic_sampling=True, loss_agg="token_mean", kl=0.0, clip_high=0.28, adv_norm="none",
+                  tis_cap=2.0, minibatches=2),
+    # the book's 7_7_improvements/deepseek_v32_style.py, items 8-12 (top-p 0.9 as there: the kept mask needs it)
+    "deepseek_v32": dict(kl=0.02, kl_reweight=True, off_policy_mask=0.1, keep_sampling_mask=True, top_p=0.9,
+                         minibatches=2),
+    # the book's 7_7_improvements/gdpo.py: a 0.1 format bonus, each term normalised in its group first
+    "gdpo": dict(reward_norm="norm_then_sum", format_weight=0.1, kl=0.02),
+}
 
 
-def take_rows(batch, rows):
-    """The Rollouts of some rows (rows: (b,) indices), e.g. whole groups or a minibatch."""
-    pick = rows.tolist()
-    return Rollouts(batch.tokens[rows], batch.mask[rows], batch.loss_mask[rows], batch.sampler_logp[rows],
-                    batch.truncated[rows], {k: v[rows] for k, v in batch.rewards.items()},
-                    [batch.texts[i] for i in pick], [batch.problems[i] for i in pick], batch.prompt_len)
-
-
-def concat_rollouts(parts):
-    """Stack Rollouts of different shapes: re-pad prompts on the left, completions on the right."""
-    if len(parts) == 1:
-        return parts[0]
-    P = max(p.prompt_len for p in parts)
-    N = max(p.tokens.shape[1] - p.prompt_len for p in parts)
-
-    def cat(name):  # zero (False) padding: masked out everywhere
-        return torch.cat([_pad(getattr(p, name), P - p.prompt_len, N + p.prompt_len - p.tokens.shape[1])
-                          for p in parts])
-    return Rollouts(cat("tokens"), cat("mask"), cat("loss_mask"), cat("sampler_logp"),
-                    torch.cat([p.truncated for p in parts]),
-                    {k: torch.cat([p.rewards[k] for p in parts]) for k in parts[0].rewards},
-                    sum((p.texts for p in parts), []), sum((p.problems for p in parts), []), P)
-
-
-def _pad(x, left, right):
-    """(B, L) -> (B, left + L + right) with zeros (False) on both sides."""
-    return torch.cat([x.new_zeros(x.shape[0], left), x, x.new_zeros(x.shape[0], right)], 1)
-
-
-def group_rows(keep, G):
-    """Row indices (b,) of the groups marked in keep (n_groups,) bool."""
-    return keep.repeat_interleave(G).nonzero().squeeze(1)
-
-
-# ---------------------------------------------------------------- 2. advantages
+# ---------------------------------------------------------------- 1. advantages
 
 def group_advantages(rewards, G, norm="group", eps=1e-4):
     """GRPO's group-relative advantage, one per completion. rewards (B,), B = n_groups * G.
@@ -184,15 +148,30 @@ def group_advantages(rewards, G, norm="group", eps=1e-4):
     return centred.view(-1)  # (B,)
 
 
+def gdpo_advantages(terms, weights, G, norm="group"):
+    """GDPO (Liu et al. 2026): normalise each reward term within its group first, then
+    sum with the terms' weights and normalise the sum (as the book's gdpo.py does):
+
+        A = norm( sum_k w_k * (r_k - mean_group(r_k)) / (std_group(r_k) + eps) )
+
+    With one sum-then-normalise, a dense term (format, paid on most samples) sets the
+    group's std and drowns the sparse one (correctness); here each term gets its own
+    scale first. A term that is constant within a group contributes 0 there.
+    terms: name -> (B,); weights: name -> float.
+    """
+    total = sum(w * group_advantages(terms[k], G, "group") for k, w in weights.items() if w != 0)  # (B,)
+    return group_advantages(total, G, norm)
+
+
 def zero_variance_groups(rewards, G):
     """(n_groups,) bool: every completion of the group got the same reward (no signal)."""
     r = rewards.view(-1, G)
     return (r == r[:, :1]).all(1)
 
 
-# ---------------------------------------------------------------- 3. log-probs
+# ---------------------------------------------------------------- 2. log-probs
 
-def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True):
+def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, support=None):
     """log pi(target | prefix) and the entropy there, for the targets in loss_mask.
 
     tokens, mask (B, L); loss_mask (B, T = L - 1) marks targets tokens[:, 1:] that are
@@ -201,10 +180,19 @@ def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True):
     Temperature divides the logits, so the log-probs describe the distribution that was
     sampled. fused=True goes from hidden states straight to log-probs (kernels/
     linear_logprobs.py), so not even the (n, V) logits exist.
+
+    support (B, T, V) bool, DeepSeek-V3.2's "keep sampling mask": the log-probs are
+    taken over the tokens top-k / top-p left at sampling time (the rest set to -inf),
+    so pi and pi_old describe the distribution the sampler really drew from. It needs
+    the (n, V) logits and a (B, T, V) bool mask kept from sampling: one byte per logit,
+    2.6 MB for a step here (128 x 72 x 287), 1.5 GB per 10k tokens at Qwen's 151,936.
     """
     h = model(tokens[:, :-1], mask[:, :-1], hidden=True)  # (B, T, d)
     rows, targets = h[loss_mask], tokens[:, 1:][loss_mask]  # (n, d), (n,): completion positions only
-    if fused:
+    if support is not None:
+        logits = (rows @ model.lm_head_weight.t()).masked_fill(~support[loss_mask], float("-inf"))  # (n, V)
+        logp, ent = token_logprobs_and_entropy(logits, targets, temperature)
+    elif fused:
         logp, ent = linear_logprobs_and_entropy(rows, model.lm_head_weight, targets, temperature)
     else:
         logp, ent = token_logprobs_and_entropy(rows @ model.lm_head_weight.t(), targets, temperature)  # (n, V) logits
@@ -212,7 +200,7 @@ def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True):
     return zeros.masked_scatter(loss_mask, logp), zeros.masked_scatter(loss_mask, ent)
 
 
-# ---------------------------------------------------------------- 4. the objective
+# ---------------------------------------------------------------- 3. the objective
 
 def policy_ratio(logp, old_logp, mask, level="token"):
     """Importance ratio pi / pi_old, (B, T) for token level or (B, 1) for sequence levels.
@@ -297,14 +285,44 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
     raise ValueError(f"unknown loss aggregation {mode!r}")
 
 
+def tis_weights(old_logp, sampler_logp, cap):
+    """Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework
+    secretly brings you off-policy RL training"): the tokens were drawn from the
+    sampler's distribution (after temperature, top-k, top-p; on GPU often in another
+    precision), not from the learner's pi_old. Each token's policy-gradient term is
+    re-weighted towards the learner, with the weight capped so that a rare token
+    cannot blow up the update:   w_t = min(pi_old(y_t) / pi_sampler(y_t), C)
+    (B, T), no gradient. cap <= 0: all ones.
+    """
+    if cap <= 0:
+        return torch.ones_like(old_logp)
+    return torch.exp((old_logp - sampler_logp).clamp(max=20.0)).clamp(max=cap)
+
+
+@torch.no_grad()
+def off_policy_keep(logp, sampler_logp, adv, mask, delta):
+    """DeepSeek-V3.2's off-policy sequence masking: drop (weight 0) a sequence with a
+    negative advantage whose length-normalised KL from the sampling policy exceeds delta,
+
+        keep_i = 0  if  A_i < 0  and  (1/|o_i|) sum_t (log pi_sampler - log pi)(o_t) > delta
+
+    (the sampler-side estimate, as in the book's deepseek_v32_style.py). Negative samples
+    the policy has already moved far away from teach it mostly noise. (B,) float.
+    """
+    kl = ((sampler_logp - logp) * mask).sum(1) / mask.sum(1).clamp(min=1)  # (B,)
+    return (~((adv < 0) & (kl > delta))).to(logp.dtype)
+
+
 def masked_mean(x, mask):
     mask = mask.to(x.dtype)
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
-def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg):
+def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg, entropy=None, token_weight=None):
     """The GRPO objective, to be minimised, on (B, T) token log-probs; mask (B, T) marks
-    the completion tokens (prompt and padding never count).
+    the completion tokens (prompt and padding never count). token_weight (B, T) scales
+    each token's policy-gradient term (truncated importance sampling); entropy (B, T)
+    is needed for the entropy bonus.
 
     Returns (loss, its terms as tensors, ratio (B, T) or (B, 1)).
     """
@@ -317,18 +335,36 @@ def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg):
         obj = clipped_objective(ratio, A, eps_low, eps_high, cfg.dual_clip)
     else:
         raise ValueError(f"unknown objective {cfg.objective!r}")
-    loss = aggregate(-obj.expand_as(logp), mask, cfg.loss_agg, cfg.max_new_tokens)
+    obj = obj.expand_as(logp) if token_weight is None else obj * token_weight  # (B, T)
+    loss = aggregate(-obj, mask, cfg.loss_agg, cfg.max_new_tokens)
     terms = {"pg_loss": loss}
     if cfg.kl > 0:
-        if cfg.kl_level == "sequence":  # the book: estimator on summed log-probs, per sequence
-            kl = kl_penalty((logp * mask).sum(1, keepdim=True), (ref_logp * mask).sum(1, keepdim=True),
-                            cfg.kl_estimator).expand_as(logp)  # (B, T)
-        else:
-            kl = kl_penalty(logp, ref_logp, cfg.kl_estimator)  # (B, T)
-        terms["kl"] = aggregate(kl, mask, cfg.loss_agg, cfg.max_new_tokens)
+        terms["kl"] = aggregate(kl_term(logp, old_logp, ref_logp, mask, cfg), mask, cfg.loss_agg, cfg.max_new_tokens)
         loss = loss + cfg.kl * terms["kl"]
+    if cfg.entropy_coef != 0:  # entropy bonus (TRL's entropy_coef, verl's entropy_coeff): keep exploring
+        terms["entropy_bonus"] = aggregate(entropy, mask, cfg.loss_agg, cfg.max_new_tokens)
+        loss = loss - cfg.entropy_coef * terms["entropy_bonus"]
     terms["loss"] = loss
     return loss, terms, ratio
+
+
+def kl_term(logp, old_logp, ref_logp, mask, cfg):
+    """(B, T) KL estimate to the reference, per token or (the book) on summed log-probs.
+
+    --kl-reweight (DeepSeek-V3.2): the tokens were sampled from pi_old, not pi, so once
+    updates go off-policy E_{pi_old}[k3] is the KL of the wrong policy, and its gradient
+    is biased. Weighting by the importance ratio fixes both:
+        E_{y ~ pi_old}[ (pi(y) / pi_old(y)) * k3(y) ] = E_{y ~ pi}[ k3(y) ] = KL(pi || pi_ref)
+    The ratio keeps its gradient (the estimate is a function of pi through both factors).
+    """
+    if cfg.kl_level == "sequence":  # the book: estimator on summed log-probs, per sequence
+        kl = kl_penalty((logp * mask).sum(1, keepdim=True), (ref_logp * mask).sum(1, keepdim=True),
+                        cfg.kl_estimator).expand_as(logp)  # (B, T)
+    else:
+        kl = kl_penalty(logp, ref_logp, cfg.kl_estimator)  # (B, T)
+    if cfg.kl_reweight:
+        kl = kl * policy_ratio(logp, old_logp, mask, "token" if cfg.kl_level == "token" else "sequence")
+    return kl
 
 
 def clip_range(cfg):
@@ -353,7 +389,7 @@ def ratio_stats(ratio, adv, logp, old_logp, mask, eps_low, eps_high):
     return out
 
 
-# ---------------------------------------------------------------- 5. one GRPO step
+# ---------------------------------------------------------------- 4. one GRPO step
 
 def sample_batch(model, enc, next_problems, n_prompts, cfg, generator):
     """Rollouts for n_prompts prompts. With dynamic sampling, groups without reward
@@ -379,9 +415,13 @@ def sample_batch(model, enc, next_problems, n_prompts, cfg, generator):
     return concat_rollouts(parts or [part]), n_zero / n_seen
 
 
-def minibatch_rows(B, G, K):
-    """K lists of row indices, each of whole groups, in order, together covering the batch."""
-    return [group_rows(torch.isin(torch.arange(B // G), chunk), G) for chunk in torch.arange(B // G).chunk(K)]
+def advantages(batch, cfg):
+    """(B,) advantages of a batch: of the summed reward, or GDPO's of each term first."""
+    if cfg.reward_norm == "norm_then_sum":
+        return gdpo_advantages(batch.rewards, rewards.term_weights(cfg.format_weight), cfg.group_size, cfg.adv_norm)
+    if cfg.reward_norm != "sum_then_norm":
+        raise ValueError(f"unknown reward normalisation {cfg.reward_norm!r}")
+    return group_advantages(batch.rewards["total"], cfg.group_size, cfg.adv_norm)
 
 
 def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generator):
@@ -394,10 +434,11 @@ def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generat
     tokens, mask, loss_mask = batch.tokens, batch.mask, batch.loss_mask  # (B, L), (B, L), (B, T)
     if cfg.mask_truncated:
         loss_mask = loss_mask & ~batch.truncated[:, None]
-    adv = group_advantages(batch.rewards["total"], cfg.group_size, cfg.adv_norm)  # (B,)
+    adv = advantages(batch, cfg)  # (B,)
 
     def logprobs(m, rows):  # (b, T) log-probs and entropies of some rows, under model m
-        return token_logprobs(m, tokens[rows], mask[rows], loss_mask[rows], cfg.temperature, cfg.fused_head)
+        support = None if batch.support is None else batch.support[rows]
+        return token_logprobs(m, tokens[rows], mask[rows], loss_mask[rows], cfg.temperature, cfg.fused_head, support)
 
     everything = torch.arange(len(adv))
     ref_logp = None
@@ -417,16 +458,20 @@ def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generat
                 # pi_old = pi here exactly (ratio 1); keep it for every later epoch instead
                 # of paying for a separate no-grad pass.
                 old_logp = logp.detach()
+            m, sampler_logp = loss_mask[rows], batch.sampler_logp[rows]
+            keep = off_policy_keep(logp, sampler_logp, adv[rows], m, cfg.off_policy_mask)  # (b,)
             loss, terms, ratio = grpo_loss(logp, old_logp[rows], None if ref_logp is None else ref_logp[rows],
-                                           adv[rows], loss_mask[rows], cfg)
+                                           adv[rows] * keep, m, cfg, entropy, tis_weights(old_logp[rows], sampler_logp,
+                                                                                          cfg.tis_cap))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
                 raise FloatingPointError(f"non-finite loss ({loss.item()}) or gradient norm ({grad_norm.item()})")
             opt.step()
-            stats = {**terms, **ratio_stats(ratio, adv[rows], logp, old_logp[rows], loss_mask[rows], *clip_range(cfg)),
-                     "grad_norm": grad_norm, "entropy": masked_mean(entropy.detach(), loss_mask[rows])}
+            stats = {**terms, **ratio_stats(ratio, adv[rows], logp, old_logp[rows], m, *clip_range(cfg)),
+                     "grad_norm": grad_norm, "entropy": masked_mean(entropy.detach(), m),
+                     "off_policy_masked_frac": 1 - keep.mean()}
             per_update.append({k: float(v.detach()) for k, v in stats.items()})
     return batch, step_stats(batch, adv, per_update, zero_frac, old_logp, loss_mask)
 
@@ -436,12 +481,18 @@ def step_stats(batch, adv, per_update, zero_frac, old_logp, loss_mask):
     out = {k: sum(s[k] for s in per_update) / len(per_update) for k in per_update[0]}
     out["ratio_min"] = min(s["ratio_min"] for s in per_update)
     out["ratio_max"] = max(s["ratio_max"] for s in per_update)
-    for name, r in batch.rewards.items():  # every component rewards.score returns
+    for name, r in batch.rewards.items():  # every term rewards.score returns
         out["reward" if name == "total" else "reward_" + name] = r.mean().item()
     lengths = batch.loss_mask.sum(1).float()  # (B,)
+    # The sampler and the learner should describe one distribution; under top-p / top-k
+    # they do not. Logged whether or not --tis-cap corrects for it: the gap and the
+    # uncapped weight pi_old / pi_sampler over completion tokens.
+    m = loss_mask.bool()
+    gap = old_logp - batch.sampler_logp  # (B, T)
+    w = torch.exp(gap[m].clamp(max=20.0)) if m.any() else gap.new_ones(1)
     out.update(reward_std=batch.rewards["total"].std().item(), adv_mean=adv.mean().item(), adv_std=adv.std().item(),
                zero_std_frac=zero_frac, resp_len=lengths.mean().item(), resp_len_max=lengths.max().item(),
                truncated_frac=batch.truncated.float().mean().item(), n_tokens=int(batch.mask.sum()),
-               # the sampler and the learner should agree; they do not under top-p / top-k
-               sampler_gap=masked_mean((old_logp - batch.sampler_logp).abs(), loss_mask).item())
+               sampler_gap=masked_mean(gap.abs(), m).item(),
+               tis_weight_min=w.min().item(), tis_weight_mean=w.mean().item(), tis_weight_max=w.max().item())
     return out

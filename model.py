@@ -160,7 +160,7 @@ def filter_logits(logits, top_k=0, top_p=1.0):
 
 @torch.no_grad()
 def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, top_p=1.0,
-             generator=None, greedy=False, use_cache=True):
+             generator=None, greedy=False, use_cache=True, keep_support=False):
     """Sample completions for a batch of prompts (lists of token ids) of any lengths.
 
     Returns (tokens, mask, sampler_logp), each (B, P + n) with n <= max_new_tokens:
@@ -169,6 +169,8 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
     each generated token under the distribution it was actually drawn from (after
     temperature, top-k and top-p; 0 for greedy and outside completions).
     use_cache=False recomputes the whole sequence each step (the reference path).
+    keep_support=True also returns support (B, P + n, V) bool: the tokens top-k / top-p
+    left to sample from at each generated position (DeepSeek-V3.2's kept sampling mask).
     """
     device = model.wte.weight.device
     B, P = len(prompts), max(len(p) for p in prompts)
@@ -178,6 +180,7 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
     tokens = torch.full((B, L), eos_id, dtype=torch.long, device=device)  # (B, L)
     mask = torch.zeros(B, L, dtype=torch.bool, device=device)
     sampler_logp = torch.zeros(B, L, device=device)
+    support = torch.zeros(B, L, model.cfg.vocab_size, dtype=torch.bool, device=device) if keep_support else None
     for i, p in enumerate(prompts):  # left padding
         tokens[i, P - len(p):P] = torch.tensor(p, device=device)
         mask[i, P - len(p):P] = True
@@ -189,20 +192,24 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
             logits = model(tokens[:, start:t], mask[:, :t], cache)
         else:
             logits = model(tokens[:, :t], mask[:, :t])
-        nxt, logp = sample(logits[:, -1].float(), temperature, top_k, top_p, generator, greedy)  # (B,) each
+        nxt, logp = sample(logits[:, -1].float(), temperature, top_k, top_p, generator, greedy, support, t)  # (B,) each
         tokens[:, t] = torch.where(done, eos_id, nxt)
         sampler_logp[:, t] = torch.where(done, 0.0, logp)
         mask[:, t] = ~done
         done |= nxt == eos_id
         start, t = t, t + 1
-    return tokens[:, :t], mask[:, :t], sampler_logp[:, :t]
+    out = tokens[:, :t], mask[:, :t], sampler_logp[:, :t]
+    return out + (support[:, :t],) if keep_support else out
 
 
-def sample(logits, temperature, top_k, top_p, generator, greedy):
-    """logits (B, V) -> next token ids (B,) and their log-probs under the sampling distribution (B,)."""
+def sample(logits, temperature, top_k, top_p, generator, greedy, support=None, t=0):
+    """logits (B, V) -> next token ids (B,) and their log-probs under the sampling
+    distribution (B,); the kept support goes to support[:, t] if given."""
     if greedy:
         return logits.argmax(-1), logits.new_zeros(logits.shape[0])
     logp = filter_logits(logits / temperature, top_k, top_p).log_softmax(-1)  # (B, V)
+    if support is not None:
+        support[:, t] = logp > float("-inf")
     nxt = torch.multinomial(logp.exp(), 1, generator=generator)  # (B, 1)
     return nxt.squeeze(1), logp.gather(1, nxt).squeeze(1)
 

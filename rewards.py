@@ -135,11 +135,19 @@ def overlong_penalty(n_tokens: int, max_len: int, cache_len: int) -> float:
     return float(min(0.0, max(-1.0, penalty)))
 
 
+def term_weights(format_weight: float) -> dict:
+    """The reward's terms and their weights: total = sum of weight * term. GDPO
+    (grpo.py, --reward-norm norm_then_sum) normalises each term on its own first."""
+    return {"correct": 1.0, "format_paid": format_weight, "overlong": 1.0}
+
+
 def score(completion: str, answer: int, n_tokens: int, *, format_weight: float = 0.0,
           gated: bool = False, max_len: int = 0, overlong_cache: int = 0) -> dict:
+    """Every term (and the raw format check) as floats, and their weighted total."""
     correct = correctness_reward(completion, answer)
     fmt = format_reward(completion)
-    bonus = fmt * correct if gated else fmt  # gated: the chapter's conditional reward
-    overlong = overlong_penalty(n_tokens, max_len, overlong_cache)
-    total = correct + format_weight * bonus + overlong
-    return {"total": float(total), "correct": correct, "format": fmt, "overlong": overlong}
+    terms = {"correct": correct,
+             "format_paid": fmt * correct if gated else fmt,  # gated: the chapter's conditional reward
+             "overlong": overlong_penalty(n_tokens, max_len, overlong_cache)}
+    total = sum(w * terms[k] for k, w in term_weights(format_weight).items())
+    return {"total": float(total), "format": fmt, **terms}

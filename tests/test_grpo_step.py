@@ -11,6 +11,7 @@ import torch
 
 import grpo
 import rewards
+import rollouts
 import tasks
 from grpo import GRPOConfig
 from model import GPT, GPTConfig, generate, load_checkpoint
@@ -58,7 +59,7 @@ CFG = dict(group_size=4, max_new_tokens=4, temperature=2.0)  # hot: varied sampl
 
 def test_minibatches_split_whole_groups_covering_the_batch():
     for B, G, K in [(32, 4, 2), (32, 4, 3), (24, 8, 3), (16, 4, 1)]:
-        parts = grpo.minibatch_rows(B, G, K)
+        parts = rollouts.minibatch_rows(B, G, K)
         assert len(parts) == K
         rows = torch.cat(parts)
         assert sorted(rows.tolist()) == list(range(B))  # disjoint and covering
@@ -73,7 +74,7 @@ def test_k_minibatches_take_k_times_mu_optimizer_steps(enc, digit_reward, monkey
     losses = spy(monkeypatch, "grpo_loss")
     run_step(enc, tiny_model(enc), GRPOConfig(**CFG, mu=mu, minibatches=K), n_prompts=4)
     assert len(steps) == mu * K
-    assert [len(c[3]) for c in losses[:K]] == [len(r) for r in grpo.minibatch_rows(16, 4, K)]
+    assert [len(c[3]) for c in losses[:K]] == [len(r) for r in rollouts.minibatch_rows(16, 4, K)]
 
 
 @pytest.mark.parametrize("mu,K", [(1, 1), (2, 1), (1, 2), (2, 2)])
@@ -173,7 +174,7 @@ def test_fused_and_unfused_logprobs_agree(enc, T):
 def test_rollout_sampler_logp_equals_learner_logp_without_truncation(enc):
     model = tiny_model(enc)
     stream = tasks.problems("easy", 0)
-    batch = grpo.rollout(model, enc, [next(stream) for _ in range(3)], GRPOConfig(**CFG), torch.Generator().manual_seed(0))
+    batch = rollouts.rollout(model, enc, [next(stream) for _ in range(3)], GRPOConfig(**CFG), torch.Generator().manual_seed(0))
     logp, _ = grpo.token_logprobs(model, batch.tokens, batch.mask, batch.loss_mask, CFG["temperature"])
     torch.testing.assert_close(batch.sampler_logp * batch.loss_mask, logp, rtol=1e-4, atol=1e-5)
 

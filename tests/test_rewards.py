@@ -154,16 +154,16 @@ def test_overlong_penalty_off():
 ])
 def test_score_gated_vs_ungated(completion, answer, gated, total):
     out = score(completion, answer, n_tokens=10, format_weight=0.5, gated=gated)
-    assert set(out) == {"total", "correct", "format", "overlong"}
+    assert set(out) == {"total", "correct", "format", "format_paid", "overlong"}
     assert out["total"] == pytest.approx(total)
     assert out["overlong"] == 0.0
 
 
 def test_score_with_overlong():
     out = score(GOOD, 18, n_tokens=90, format_weight=0.5, max_len=100, overlong_cache=20)
-    assert out == pytest.approx({"total": 1.0, "correct": 1.0, "format": 1.0, "overlong": -0.5})
+    assert out == pytest.approx({"total": 1.0, "correct": 1.0, "format": 1.0, "format_paid": 1.0, "overlong": -0.5})
     out = score(GOOD, 18, n_tokens=90)  # defaults: no format bonus, no penalty
-    assert out == {"total": 1.0, "correct": 1.0, "format": 1.0, "overlong": 0.0}
+    assert out == {"total": 1.0, "correct": 1.0, "format": 1.0, "format_paid": 1.0, "overlong": 0.0}
 
 
 # ---- fuzz: any string gives finite floats, no exceptions -------------------------

@@ -1,0 +1,92 @@
+"""Rollouts: sample G completions per prompt, score them, and carry them through a step.
+
+    problems -> generate (model.py) -> decode -> rewards.score -> Rollouts
+
+`Rollouts` declares, once and with shapes, everything a GRPO step reads about its
+samples; the target shift (`tokens[:, 1:]`, the completion mask) is done here, once.
+The rest is row plumbing for grpo.py: keeping whole groups (dynamic sampling),
+stacking rounds of different lengths, splitting a batch into minibatches of groups.
+"""
+from dataclasses import dataclass
+
+import torch
+
+import rewards
+from model import generate
+from tokenizer import decode_completions, encode_text
+
+
+@dataclass
+class Rollouts:
+    """One step's data. B = n_prompts * G rows; the G samples of a prompt are adjacent."""
+    tokens: torch.Tensor        # (B, L) prompt (left-padded to prompt_len), completion (right-padded)
+    mask: torch.Tensor          # (B, L) real tokens
+    loss_mask: torch.Tensor     # (B, T = L - 1) target tokens[:, 1:] is a completion token: the shift, done once
+    sampler_logp: torch.Tensor  # (B, T) log-prob of each target under the distribution that drew it
+    support: torch.Tensor       # (B, T, V) bool, what top-k / top-p left to draw from; None unless kept
+    truncated: torch.Tensor     # (B,) the completion never emitted <|endoftext|>
+    rewards: dict               # name -> (B,): what rewards.score returns; "total" drives the advantages
+    texts: list                 # (B,) completion strings
+    problems: list              # (B,) tasks.Problem of each row
+    prompt_len: int             # P
+
+
+def rollout(model, enc, problems, cfg, generator):
+    """Sample G completions for each problem and score them -> Rollouts."""
+    repeated = [p for p in problems for _ in range(cfg.group_size)]  # each prompt G times, adjacent
+    prompts = [encode_text(enc, p.prompt) for p in repeated]
+    model.eval()
+    tokens, mask, sampler_logp, *support = generate(model, prompts, cfg.max_new_tokens, enc.eot_token, cfg.temperature,
+                                                    cfg.top_k, cfg.top_p, generator, keep_support=cfg.keep_sampling_mask)
+    model.train()
+    P = max(map(len, prompts))
+    loss_mask = mask[:, 1:].clone()  # (B, T)
+    loss_mask[:, :P - 1] = False  # targets before position P are prompt (or padding)
+    completion = tokens[:, P:].masked_fill(~mask[:, P:], -1)  # (B, n) padding can never equal eot
+    texts = decode_completions(enc, tokens, mask, P)
+    scores = [rewards.score(t, p.answer, n, format_weight=cfg.format_weight, gated=cfg.gated,
+                            max_len=cfg.max_new_tokens, overlong_cache=cfg.overlong_cache)
+              for t, p, n in zip(texts, repeated, loss_mask.sum(1).tolist())]
+    return Rollouts(tokens, mask, loss_mask, sampler_logp[:, 1:], support[0][:, 1:] if support else None,
+                    truncated=~(completion == enc.eot_token).any(1),
+                    rewards={k: torch.tensor([s[k] for s in scores]) for k in scores[0]},  # each (B,)
+                    texts=texts, problems=repeated, prompt_len=P)
+
+
+def take_rows(batch, rows):
+    """The Rollouts of some rows (rows: (b,) indices), e.g. whole groups or a minibatch."""
+    pick = rows.tolist()
+    return Rollouts(batch.tokens[rows], batch.mask[rows], batch.loss_mask[rows], batch.sampler_logp[rows],
+                    None if batch.support is None else batch.support[rows], batch.truncated[rows], {k: v[rows] for k, v in batch.rewards.items()},
+                    [batch.texts[i] for i in pick], [batch.problems[i] for i in pick], batch.prompt_len)
+
+
+def concat_rollouts(parts):
+    """Stack Rollouts of different shapes: re-pad prompts on the left, completions on the right."""
+    if len(parts) == 1:
+        return parts[0]
+    P = max(p.prompt_len for p in parts)
+    N = max(p.tokens.shape[1] - p.prompt_len for p in parts)
+
+    def cat(name):  # zero (False) padding: masked out everywhere
+        return torch.cat([_pad(getattr(p, name), P - p.prompt_len, N + p.prompt_len - p.tokens.shape[1])
+                          for p in parts])
+    return Rollouts(cat("tokens"), cat("mask"), cat("loss_mask"), cat("sampler_logp"),
+                    None if parts[0].support is None else cat("support"), torch.cat([p.truncated for p in parts]),
+                    {k: torch.cat([p.rewards[k] for p in parts]) for k in parts[0].rewards},
+                    sum((p.texts for p in parts), []), sum((p.problems for p in parts), []), P)
+
+
+def _pad(x, left, right):
+    """(B, L, ...) -> (B, left + L + right, ...) with zeros (False) on both sides."""
+    return torch.cat([x.new_zeros(x.shape[0], left, *x.shape[2:]), x, x.new_zeros(x.shape[0], right, *x.shape[2:])], 1)
+
+
+def group_rows(keep, G):
+    """Row indices (b,) of the groups marked in keep (n_groups,) bool."""
+    return keep.repeat_interleave(G).nonzero().squeeze(1)
+
+
+def minibatch_rows(B, G, K):
+    """K lists of row indices, each of whole groups, in order, together covering the batch."""
+    return [group_rows(torch.isin(torch.arange(B // G), chunk), G) for chunk in torch.arange(B // G).chunk(K)]
