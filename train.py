@@ -51,6 +51,9 @@ def get_parser():
     g.add_argument("--seed", type=int, default=0, help="seeds problems, sampling and init")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
     g.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see README, Speed)")
+    g.add_argument("--recipe", default=None, choices=list(grpo.RECIPES),
+                   help="a named set of GRPO flags (grpo.RECIPES); flags given explicitly still win")
+    g.add_argument("--print-config", action="store_true", help="print the resolved GRPO flags and exit")
     g = ap.add_argument_group("task and evaluation")
     g.add_argument("--level", default="medium", help=f"difficulty of RL problems ({', '.join(tasks.LEVELS)})")
     g.add_argument("--steps", type=int, default=None, help="GRPO steps (default 100; with --resume: the saved value)")
@@ -77,6 +80,16 @@ def add_config_flags(ap, config_class):
                            help=meta["help"])
 
 
+def parse_args(argv=None):
+    """Parse the command line twice: once for --recipe, then with the recipe's values as
+    defaults, so a flag given explicitly still wins over the recipe."""
+    ap = get_parser()
+    recipe = ap.parse_known_args(argv)[0].recipe
+    if recipe:
+        ap.set_defaults(**grpo.RECIPES[recipe])
+    return ap, ap.parse_args(argv)
+
+
 def grpo_config(args):
     """The GRPOConfig fields, taken from the flags of the same names."""
     return grpo.GRPOConfig(**{f.name: getattr(args, f.name) for f in fields(grpo.GRPOConfig)})
@@ -101,6 +114,8 @@ def check_args(args):
         raise ValueError("need --temperature > 0, 0 < --top-p <= 1 and --lr > 0")
     if args.clip < 0 or (args.clip_high is not None and args.clip_high < 0):
         raise ValueError("--clip and --clip-high must be >= 0")
+    if args.tis_cap < 0 or args.off_policy_mask < 0:
+        raise ValueError("--tis-cap and --off-policy-mask must be >= 0")
 
 
 # ---------------------------------------------------------------- set-up
@@ -302,8 +317,10 @@ def resume_state(args):
 
 
 if __name__ == "__main__":
-    parser = get_parser()
-    args = parser.parse_args()
+    parser, args = parse_args()
+    if args.print_config:
+        print(json.dumps(asdict(grpo_config(args)), indent=2))
+        raise SystemExit(0)
     try:
         main(args)
     except (ValueError, CheckpointError) as e:

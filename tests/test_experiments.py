@@ -10,7 +10,7 @@ import train
 @pytest.mark.parametrize("name", list(experiments.EXPERIMENTS))
 def test_every_experiment_parses_as_train_flags(name):
     cmd = experiments.command(name, 3, "runs/exp")
-    args = train.get_parser().parse_args(cmd[2:])
+    _, args = train.parse_args(cmd[2:])
     train.check_args(args)
     train.grpo_config(args)
     assert args.seed == 3 and args.runs_dir == "runs/exp/" + name and args.run_name == "seed3"

@@ -99,9 +99,9 @@ def test_aggregation_modes_match_hand_formulas():
     assert aggregate(loss, mask, "constant", max_len=40).item() == pytest.approx(sum(tok) / (5 * 40), rel=1e-5)
 
 
-def loss_and_stats(logp, old, ref, adv, mask, cfg):
+def loss_and_stats(logp, old, ref, adv, mask, cfg, entropy=None, weight=None):
     """grpo_loss and the ratio statistics that grpo_step logs with it."""
-    loss, terms, ratio = grpo_loss(logp, old, ref, adv, mask, cfg)
+    loss, terms, ratio = grpo_loss(logp, old, ref, adv, mask, cfg, entropy, weight)
     return loss, {**terms, **grpo.ratio_stats(ratio, adv, logp, old, mask, *grpo.clip_range(cfg))}
 
 
@@ -119,18 +119,22 @@ def loss_inputs(seed=0, B=6, T=10):
 @pytest.mark.parametrize("kw", [dict(), dict(ratio_level="gspo"), dict(ratio_level="sequence"),
                                 dict(kl=0.1, kl_estimator="k1", kl_level="sequence"), dict(kl=0.1),
                                 dict(objective="cispo", clip_high=0.28), dict(loss_agg="token_mean"),
-                                dict(loss_agg="constant", dual_clip=3.0)])
+                                dict(loss_agg="constant", dual_clip=3.0), dict(entropy_coef=0.1),
+                                dict(kl=0.1, kl_reweight=True), dict(kl=0.1, kl_reweight=True, kl_level="sequence"),
+                                dict(tis_cap=2.0)])
 def test_prompt_and_padding_never_contribute(kw):
     cfg = GRPOConfig(**kw)
     logp, old, ref, adv, mask = loss_inputs()
-    loss, stats = loss_and_stats(logp, old, ref, adv, mask, cfg)
+    entropy = torch.rand(logp.shape, generator=torch.Generator().manual_seed(5))
+    weight = grpo.tis_weights(old, old - 0.5 * torch.rand(logp.shape), cfg.tis_cap)  # sampler != learner
+    loss, stats = loss_and_stats(logp, old, ref, adv, mask, cfg, entropy, weight)
     loss.backward()
     assert (logp.grad[~mask] == 0).all() and (logp.grad[mask] != 0).any()
     logp2 = logp.detach().clone()
     logp2[~mask] = torch.randn(int((~mask).sum())) * 10  # change only prompt / padding positions
-    old2, ref2 = old.clone(), ref.clone()
-    old2[~mask], ref2[~mask] = 5.0, -7.0
-    loss2, stats2 = loss_and_stats(logp2, old2, ref2, adv, mask, cfg)
+    old2, ref2, entropy2, weight2 = old.clone(), ref.clone(), entropy.clone(), weight.clone()
+    old2[~mask], ref2[~mask], entropy2[~mask], weight2[~mask] = 5.0, -7.0, 9.0, 3.0
+    loss2, stats2 = loss_and_stats(logp2, old2, ref2, adv, mask, cfg, entropy2, weight2)
     assert loss2.item() == pytest.approx(loss.item(), rel=1e-6)
     for k in stats:
         assert stats2[k].item() == pytest.approx(stats[k].item(), rel=1e-6), k

@@ -1,0 +1,136 @@
+"""The chapter's list of GRPO improvements, each against a hand-written formula, and the recipes.
+
+Truncated importance sampling, the kept sampling mask, off-policy sequence masking,
+re-weighted KL, GDPO and the entropy bonus; every recipe resolves and prints its flags.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import grpo
+import rollouts
+import tasks
+import train
+from grpo import GRPOConfig
+from model import GPT, GPTConfig
+from tokenizer import build_tokenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_tis_weight_is_the_capped_learner_to_sampler_ratio():
+    old = torch.log(torch.tensor([[0.5, 0.2, 0.9]]))
+    sampler = torch.log(torch.tensor([[0.25, 0.4, 0.1]]))  # ratios 2, 0.5, 9
+    torch.testing.assert_close(grpo.tis_weights(old, sampler, 3.0), torch.tensor([[2.0, 0.5, 3.0]]))  # cap reached once
+    torch.testing.assert_close(grpo.tis_weights(old, sampler, 10.0), torch.tensor([[2.0, 0.5, 9.0]]))  # never
+    assert torch.equal(grpo.tis_weights(old, sampler, 0.0), torch.ones(1, 3))  # off
+
+
+def test_off_policy_mask_drops_only_far_negative_sequences():
+    sampler = torch.zeros(4, 3)
+    logp = torch.tensor([[-1.0, -1, 0], [-1, -1, 0], [-0.1, 0, 0], [-3, 0, 0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 1], [1, 1, 1]], dtype=torch.bool)
+    adv = torch.tensor([-1.0, 1.0, -1.0, -0.5])
+    # length-normalised KL from the sampler: 1, 1, 0.033, 1
+    assert grpo.off_policy_keep(logp, sampler, adv, mask, 0.5).tolist() == [0.0, 1.0, 1.0, 0.0]
+    assert grpo.off_policy_keep(logp, sampler, adv, mask, math.inf).tolist() == [1.0] * 4  # off
+    assert grpo.off_policy_keep(logp, sampler, -adv.abs(), mask, 0.0).tolist() == [0.0] * 4  # all masked
+
+
+def test_reweighted_kl_is_ratio_times_k3_and_plain_k3_on_policy():
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    old, ref = torch.tensor([[-1.5, -2.0]]), torch.tensor([[-0.5, -1.0]])
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    cfg = GRPOConfig(kl=0.1, kl_reweight=True)
+    k3 = lambda lr: math.exp(lr) - 1 - lr  # noqa: E731  lr = log pi_ref - log pi
+    got = grpo.kl_term(logp, old, ref, mask, cfg)
+    want = [math.exp(0.5) * k3(0.5), 1.0 * k3(1.0)]
+    torch.testing.assert_close(got, torch.tensor([want]))
+    on_policy = grpo.kl_term(logp, logp.detach(), ref, mask, cfg)
+    torch.testing.assert_close(on_policy, grpo.kl_penalty(logp, ref, "k3"))
+    on_policy.sum().backward()  # on-policy the gradient of r * k3 is d(k3) + k3 (the ratio's own)
+    torch.testing.assert_close(logp.grad, torch.tensor([[1 - math.exp(0.5) + k3(0.5), 1 - math.exp(1.0) + k3(1.0)]]))
+
+
+def test_gdpo_normalises_each_term_then_the_sum():
+    terms = {"correct": torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1]),
+             "format_paid": torch.tensor([1.0, 1, 1, 0, 0, 0, 0, 0]),
+             "overlong": torch.zeros(8)}
+    A = grpo.gdpo_advantages(terms, {"correct": 1.0, "format_paid": 0.5, "overlong": 1.0}, 4)
+
+    def norm(x):
+        return (x - x.mean()) / (x.std() + 1e-4)
+    first = norm(norm(terms["correct"][:4]) + 0.5 * norm(terms["format_paid"][:4]))
+    torch.testing.assert_close(A[:4], first)
+    assert torch.equal(A[4:], torch.zeros(4))  # every term constant in the group: no signal
+
+
+def test_gdpo_keeps_the_sparse_term_from_drowning():
+    """Sum-then-normalise: a dense format term sets the scale; GDPO gives correctness its own."""
+    correct = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])
+    fmt = torch.tensor([0.0, 1, 1, 1, 1, 0, 0, 0])
+    total = correct + 2.0 * fmt
+    plain = grpo.group_advantages(total, 8)
+    gdpo = grpo.gdpo_advantages({"correct": correct, "format_paid": fmt}, {"correct": 1.0, "format_paid": 2.0}, 8)
+    assert plain[0] < 0 < gdpo[0]  # the only correct answer: punished by the plain sum, rewarded by GDPO
+
+
+def test_entropy_bonus_gradient_equals_autograd_through_the_reference(monkeypatch):
+    enc = build_tokenizer({"merges": []})
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=enc.n_vocab, max_seq_len=16, n_layer=1, n_head=2, d_model=32))
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, enc.n_vocab, (3, 9), generator=g)
+    mask = torch.ones(3, 9, dtype=torch.bool)
+    loss_mask = mask[:, 1:] & (torch.arange(8) >= 3)
+    grads = []
+    for fused, backend in [(True, "auto"), (False, "reference")]:
+        monkeypatch.setenv("KERNELS_BACKEND", backend)
+        model.zero_grad()
+        _, ent = grpo.token_logprobs(model, tokens, mask, loss_mask, 0.8, fused=fused)
+        (-0.1 * grpo.aggregate(ent, loss_mask, "token_mean")).backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    assert any(a.abs().max() > 0 for a in grads[0])
+
+
+def test_kept_sampling_mask_makes_learner_and_sampler_agree_under_top_p():
+    enc = build_tokenizer({"merges": []})
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=enc.n_vocab, max_seq_len=48, n_layer=1, n_head=2, d_model=32))
+    with torch.no_grad():
+        model.wte.weight.mul_(6)  # a peaked distribution, so top-p cuts a real tail
+    stream = tasks.problems("easy", 0)
+    cfg = GRPOConfig(group_size=4, max_new_tokens=5, top_p=0.7, keep_sampling_mask=True)
+    batch = rollouts.rollout(model, enc, [next(stream) for _ in range(3)], cfg, torch.Generator().manual_seed(0))
+    assert batch.support.shape == (*batch.loss_mask.shape, enc.n_vocab)
+    kept, _ = grpo.token_logprobs(model, batch.tokens, batch.mask, batch.loss_mask, support=batch.support)
+    full, _ = grpo.token_logprobs(model, batch.tokens, batch.mask, batch.loss_mask)
+    m = batch.loss_mask
+    torch.testing.assert_close(kept[m], batch.sampler_logp[m], rtol=1e-4, atol=1e-5)  # the sampler's distribution
+    assert (full[m] - batch.sampler_logp[m]).abs().max() > 1e-2  # without the mask: a gap top-p created
+    assert batch.support[m].sum(-1).float().mean() < enc.n_vocab / 2  # top-p really truncated
+
+
+@pytest.mark.parametrize("name", list(grpo.RECIPES))
+def test_every_recipe_prints_its_resolved_flags(name):
+    out = subprocess.run([sys.executable, "train.py", "--recipe", name, "--print-config", "--lr", "0.5"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    resolved = json.loads(out.stdout)
+    assert resolved["lr"] == 0.5  # an explicit flag wins
+    for key, value in grpo.RECIPES[name].items():
+        assert resolved[key] == value, key
+    _, args = train.parse_args(["--recipe", name])
+    train.check_args(args)
+
+
+def test_explicit_flag_overrides_the_recipe():
+    _, args = train.parse_args(["--recipe", "dapo", "--clip-high", "0.4", "--no-dynamic-sampling"])
+    assert args.clip_high == 0.4 and args.dynamic_sampling is False and args.loss_agg == "token_mean"
