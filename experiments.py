@@ -39,6 +39,15 @@ EXPERIMENTS = {
     "drgrpo": (["--adv-norm", "none", "--loss-agg", "constant"], "Dr. GRPO: no std normalisation, constant normaliser"),
     "gspo": (["--mu", "2", "--ratio-level", "gspo", "--clip", "3e-4", "--clip-high", "4e-4"],
              "GSPO: sequence-level ratio (length-normalised), eps 3e-4 / 4e-4 as in the paper"),
+    # the chapter's lessons, in a stress regime found by a sweep (README, "The chapter's lessons")
+    "unstable": (["--lr", "3e-4", "--mu", "4", "--clip", "inf", "--kl", "0", "--steps", "180"],
+                 "no clipping, no KL, large off-policy updates (lr 3e-4, mu 4)"),
+    "unstable_clip": (["--lr", "3e-4", "--mu", "4", "--clip", "0.2", "--kl", "0", "--steps", "180"],
+                      "the same with the ratio clipped at eps 0.2"),
+    "format_exploit": (["--format-weight", "1.0", "--max-new-tokens", "24", "--level", "hard"],
+                       "an ungated format bonus worth as much as a right answer"),
+    "format_exploit_gated": (["--format-weight", "1.0", "--max-new-tokens", "24", "--level", "hard", "--gated"],
+                             "the same bonus paid only for right answers"),
 }
 COMPARISONS = {  # figure name -> (experiments, metrics to draw)
     "clip": (["baseline", "clip"], "eval_acc,reward,entropy,clip_frac"),
@@ -46,7 +55,24 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw)
     "format": (["baseline", "format", "format_gated"], "eval_acc,reward_correct,reward_format,resp_len"),
     "modern": (["baseline", "dapo", "drgrpo", "gspo"], "eval_acc,reward,entropy,resp_len,clip_frac,zero_std_frac"),
 }
-LESSONS = {}  # lesson -> (experiments it compares, check(runs of one seed) -> bool, what it claims)
+
+def falls(run, points=0.10):
+    """Greedy accuracy ended at least `points` below its own peak."""
+    return run["peak"] - run["final"] >= points
+
+
+LESSONS = {  # lesson -> (experiments, check(their summaries for one seed) -> bool, the claim checked)
+    "instability": (["unstable", "unstable_clip"],
+                    lambda b, c: falls(b) and not falls(c, 0.05) and c["final"] - b["final"] >= 0.10,
+                    "without clipping accuracy falls >= 10 points from its peak; clipped ends within 5 of "
+                    "its peak and >= 10 above"),
+    "format exploit": (["format_exploit", "format_exploit_gated"],
+                       lambda u, g: u["reward_format"] > u["reward_format_start"] and falls(u) and not falls(g, 0.05),
+                       "ungated: format reward rises while accuracy falls >= 10 points from its peak; gated "
+                       "stays within 5 of its peak"),
+    "naive KL": (["kl_naive", "kl_k3"], lambda n, k: falls(n) and not falls(k, 0.05),
+                 "the book's k1 on summed log-probs falls >= 10 points from its peak; k3 per token stays within 5"),
+}
 
 
 def command(name, seed, runs_dir, extra=()):
@@ -110,10 +136,11 @@ def run_summary(rows):
     """Numbers of one run: eval accuracy at start / end / peak, and averages of the last 10 steps."""
     steps = [r for r in rows if r.get("step", 0) > 0]
     evals = [r["eval_acc"] for r in rows if "eval_acc" in r]
-    tail = steps[-10:]
+    head, tail = steps[:10], steps[-10:]
     out = {"start": evals[0], "final": evals[-1], "peak": max(evals)} if evals else {}
     for key in ("reward", "entropy", "resp_len", "clip_frac", "kl", "reward_format"):
         out[key] = mean(r.get(key) for r in tail)
+    out["reward_format_start"] = mean(r.get("reward_format") for r in head)
     out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
     return out
 
