@@ -39,6 +39,15 @@ EXPERIMENTS = {
     "drgrpo": (["--adv-norm", "none", "--loss-agg", "constant"], "Dr. GRPO: no std normalisation, constant normaliser"),
     "gspo": (["--mu", "2", "--ratio-level", "gspo", "--clip", "3e-4", "--clip-high", "4e-4"],
              "GSPO: sequence-level ratio (length-normalised), eps 3e-4 / 4e-4 as in the paper"),
+    # the chapter's list of improvements (grpo.py, off-policy corrections; README, "Recipes")
+    "topp": (["--top-p", "0.9"], "nucleus sampling: the sampler drops the tail the learner still has"),
+    "topp_tis": (["--top-p", "0.9", "--tis-cap", "2"], "... with truncated importance sampling, C = 2"),
+    "topp_keepmask": (["--top-p", "0.9", "--keep-sampling-mask"], "... with the learner on the sampler's support"),
+    "format_gdpo": (["--format-weight", "0.5", "--reward-norm", "norm_then_sum"],
+                    "format bonus 0.5, each reward term normalised in its group first (GDPO)"),
+    "entropy_bonus": (["--entropy-coef", "0.02"], "an entropy bonus, alpha 0.02"),
+    "olmo3": (["--recipe", "olmo3"], "the book's OLMo 3 style recipe (items 1-7)"),
+    "deepseek_v32": (["--recipe", "deepseek_v32"], "the book's DeepSeek-V3.2 style recipe (items 8-12)"),
     # the chapter's lessons, in a stress regime found by a sweep (README, "The chapter's lessons")
     "unstable": (["--lr", "3e-4", "--mu", "4", "--clip", "inf", "--kl", "0", "--steps", "180"],
                  "no clipping, no KL, large off-policy updates (lr 3e-4, mu 4)"),
@@ -54,6 +63,13 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw)
     "kl": (["baseline", "kl_k3", "kl_naive"], "eval_acc,reward,kl,entropy,resp_len"),
     "format": (["baseline", "format", "format_gated"], "eval_acc,reward_correct,reward_format,resp_len"),
     "modern": (["baseline", "dapo", "drgrpo", "gspo"], "eval_acc,reward,entropy,resp_len,clip_frac,zero_std_frac"),
+    "sampler": (["baseline", "topp", "topp_tis", "topp_keepmask"], "eval_acc,sampler_gap,tis_weight_max,entropy"),
+    "gdpo": (["format", "format_gdpo"], "eval_acc,reward_correct,reward_format,resp_len"),
+    "entropy": (["baseline", "entropy_bonus"], "eval_acc,entropy,resp_len,reward"),
+    "recipes": (["baseline", "olmo3", "deepseek_v32"], "eval_acc,reward,entropy,resp_len,clip_frac,kl"),
+    "instability": (["unstable", "unstable_clip"], "eval_acc,entropy,resp_len,ratio_max,clip_frac,ppo_kl"),
+    "format_exploit": (["format_exploit", "format_exploit_gated"],
+                       "eval_acc,reward_correct,reward_format,resp_len,truncated_frac,entropy"),
 }
 
 def falls(run, points=0.10):
