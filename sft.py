@@ -22,7 +22,6 @@ pass@8 on the RL eval set. Departure from the book: the chapter starts from a pr
 Qwen3-0.6B; we build our own starting point in a couple of minutes.
 """
 import argparse
-import json
 import math
 import random
 import time

@@ -25,7 +25,6 @@ import copy
 import json
 import os
 import platform
-import sys
 import time
 from dataclasses import asdict, fields
 

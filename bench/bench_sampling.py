@@ -38,8 +38,9 @@ def median_time(fn, repeats):
 
 def sampling_rate(model, prompts, new_tokens, eos, use_cache):
     def run():
-        out = generate(model, prompts, new_tokens, eos, generator=torch.Generator().manual_seed(0), use_cache=use_cache)
-        return int(out["completion_mask"].sum())
+        _, mask, _ = generate(model, prompts, new_tokens, eos, generator=torch.Generator().manual_seed(0),
+                              use_cache=use_cache)
+        return int(mask[:, max(map(len, prompts)):].sum())  # generated tokens only
     return run
 
 
@@ -69,8 +70,8 @@ def main(args):
     prompts = [encode_text(enc, next(stream).prompt) for _ in range(args.batch)]
     print(f"model: {cfg.n_layer} layers, d={cfg.d_model}, vocab {cfg.vocab_size}; "
           f"sampling {args.batch} x {args.new_tokens} new tokens; SFT batch {args.sft_batch}")
-    print(f"| threads | sampling, KV cache (tok/s) | sampling, full recompute (tok/s) | speed-up | SFT training (tok/s) |")
-    print(f"|---|---|---|---|---|")
+    print("| threads | sampling, KV cache (tok/s) | sampling, full recompute (tok/s) | speed-up | SFT training (tok/s) |")
+    print("|---|---|---|---|---|")
     for threads in args.threads:
         torch.set_num_threads(threads)
         model.eval()

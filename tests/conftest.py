@@ -22,3 +22,32 @@ def tiny_warm(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("warm") / "tiny.pt")
     _, _, losses = sft.main(sft.get_parser().parse_args([*TINY_WARM_FLAGS, "--out", path]))
     return path, losses
+
+
+@pytest.fixture(scope="session")
+def enc():
+    """A bytes-only tokenizer (259 tokens): enough for models that need no trained merges."""
+    from tokenizer import build_tokenizer
+    return build_tokenizer({"merges": []})
+
+
+@pytest.fixture
+def tiny_model(enc):
+    """Factory of a fresh 1-layer GPT for `enc`, seeded."""
+    from model import GPT, GPTConfig
+
+    def make(seed=0):
+        torch.manual_seed(seed)
+        return GPT(GPTConfig(vocab_size=enc.n_vocab, max_seq_len=48, n_layer=1, n_head=2, d_model=32))
+    return make
+
+
+@pytest.fixture
+def digit_reward(monkeypatch):
+    """A trivially learnable reward with mixed values from the start: 1 for a leading digit."""
+    import rewards
+
+    def score(text, answer, n_tokens, **kw):
+        r = float(text[:1].isdigit())
+        return {"total": r, "correct": r, "format": 0.0, "format_paid": 0.0, "overlong": 0.0}
+    monkeypatch.setattr(rewards, "score", score)

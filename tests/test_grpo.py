@@ -5,12 +5,9 @@ import pytest
 import torch
 
 import grpo
-import rewards
 import tasks
 from grpo import (GRPOConfig, aggregate, clipped_objective, group_advantages, grpo_loss, kl_penalty,
                   policy_ratio, zero_variance_groups)
-from model import GPT, GPTConfig
-from tokenizer import build_tokenizer
 
 
 def surrogate_and_grad(r, A, eps_low=0.2, eps_high=0.2, dual=0.0):
@@ -165,27 +162,9 @@ def test_zero_variance_groups():
 
 # ---------------------------------------------------------------- with a model
 
-@pytest.fixture(scope="module")
-def enc():
-    return build_tokenizer({"merges": []})
 
-
-def tiny_model(enc, seed=0):
-    torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=enc.n_vocab, max_seq_len=48, n_layer=1, n_head=2, d_model=32))
-
-
-def digit_first_reward(monkeypatch):
-    """A trivially learnable reward: 1 when the completion starts with a digit."""
-    def score(text, answer, n_tokens, **kw):
-        r = float(text[:1].isdigit())
-        return {"total": r, "correct": r, "format": 0.0, "overlong": 0.0}
-    monkeypatch.setattr(rewards, "score", score)
-
-
-def test_dynamic_sampling_keeps_only_groups_with_variance(enc, monkeypatch):
-    digit_first_reward(monkeypatch)
-    model = tiny_model(enc)
+def test_dynamic_sampling_keeps_only_groups_with_variance(enc, tiny_model, digit_reward):
+    model = tiny_model()
     stream = tasks.problems("easy", 0)
     cfg = GRPOConfig(group_size=4, max_new_tokens=3, dynamic_sampling=True, max_sampling_rounds=4, temperature=3.0)
     batch, zero_frac = grpo.sample_batch(model, enc, lambda: next(stream), 8, cfg, torch.Generator().manual_seed(0))
@@ -196,9 +175,8 @@ def test_dynamic_sampling_keeps_only_groups_with_variance(enc, monkeypatch):
     assert batch.tokens.shape[0] == batch.loss_mask.shape[0] == len(batch.texts) == len(batch.problems) == B
 
 
-def test_grpo_learns_a_trivial_reward(enc, monkeypatch):
-    digit_first_reward(monkeypatch)
-    model = tiny_model(enc)
+def test_grpo_learns_a_trivial_reward(enc, tiny_model, digit_reward):
+    model = tiny_model()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     stream = tasks.problems("easy", 0)
     cfg = GRPOConfig(group_size=8, max_new_tokens=3, temperature=1.0, mu=2)
@@ -212,11 +190,10 @@ def test_grpo_learns_a_trivial_reward(enc, monkeypatch):
     assert first < 0.2 and last > 0.6, (first, last)
 
 
-def test_nan_guard_fires_before_the_update(enc, monkeypatch):
-    digit_first_reward(monkeypatch)
+def test_nan_guard_fires_before_the_update(enc, tiny_model, digit_reward, monkeypatch):
     real = grpo.token_logprobs
     monkeypatch.setattr(grpo, "token_logprobs", lambda *a, **k: tuple(x * float("nan") for x in real(*a, **k)))
-    model = tiny_model(enc)
+    model = tiny_model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     stream = tasks.problems("easy", 0)

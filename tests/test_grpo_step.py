@@ -10,31 +10,11 @@ import pytest
 import torch
 
 import grpo
-import rewards
 import rollouts
 import tasks
 from grpo import GRPOConfig
 from model import GPT, GPTConfig, generate, load_checkpoint
 from tokenizer import build_tokenizer
-
-
-@pytest.fixture(scope="module")
-def enc():
-    return build_tokenizer({"merges": []})
-
-
-def tiny_model(enc, seed=0):
-    torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=enc.n_vocab, max_seq_len=48, n_layer=1, n_head=2, d_model=32))
-
-
-@pytest.fixture
-def digit_reward(monkeypatch):
-    """A trivially learnable reward with mixed values from the start: 1 for a leading digit."""
-    def score(text, answer, n_tokens, **kw):
-        r = float(text[:1].isdigit())
-        return {"total": r, "correct": r, "format": 0.0, "overlong": 0.0}
-    monkeypatch.setattr(rewards, "score", score)
 
 
 def run_step(enc, model, cfg, ref=None, lr=1e-3, n_prompts=4, seed=0):
@@ -68,18 +48,18 @@ def test_minibatches_split_whole_groups_covering_the_batch():
 
 
 @pytest.mark.parametrize("mu,K", [(1, 1), (2, 1), (1, 2), (3, 2)])
-def test_k_minibatches_take_k_times_mu_optimizer_steps(enc, digit_reward, monkeypatch, mu, K):
+def test_k_minibatches_take_k_times_mu_optimizer_steps(enc, tiny_model, digit_reward, monkeypatch, mu, K):
     steps = []
     monkeypatch.setattr(torch.optim.Adam, "step", lambda self, *a, **k: steps.append(1))
     losses = spy(monkeypatch, "grpo_loss")
-    run_step(enc, tiny_model(enc), GRPOConfig(**CFG, mu=mu, minibatches=K), n_prompts=4)
+    run_step(enc, tiny_model(), GRPOConfig(**CFG, mu=mu, minibatches=K), n_prompts=4)
     assert len(steps) == mu * K
     assert [len(c[3]) for c in losses[:K]] == [len(r) for r in rollouts.minibatch_rows(16, 4, K)]
 
 
 @pytest.mark.parametrize("mu,K", [(1, 1), (2, 1), (1, 2), (2, 2)])
-def test_old_logprobs_are_the_sampling_policys(enc, digit_reward, monkeypatch, mu, K):
-    model = tiny_model(enc)
+def test_old_logprobs_are_the_sampling_policys(enc, tiny_model, digit_reward, monkeypatch, mu, K):
+    model = tiny_model()
     before = copy.deepcopy(model)
     losses = spy(monkeypatch, "grpo_loss")
     batch, stats = run_step(enc, model, GRPOConfig(**CFG, mu=mu, minibatches=K), lr=1e-2)
@@ -90,15 +70,15 @@ def test_old_logprobs_are_the_sampling_policys(enc, digit_reward, monkeypatch, m
         assert any(torch.equal(c[1], o[1]) for o in losses[:K])
 
 
-def test_ppo_kl_is_zero_before_any_update(enc, digit_reward):
-    _, stats = run_step(enc, tiny_model(enc), GRPOConfig(**CFG), lr=1e-2)
+def test_ppo_kl_is_zero_before_any_update(enc, tiny_model, digit_reward):
+    _, stats = run_step(enc, tiny_model(), GRPOConfig(**CFG), lr=1e-2)
     assert stats["ppo_kl"] == 0.0 and stats["ratio_min"] == stats["ratio_max"] == 1.0
 
 
 @pytest.mark.parametrize("mu,K", [(2, 1), (2, 2)])
-def test_later_updates_see_the_policy_move_away_from_pi_old(enc, digit_reward, mu, K):
+def test_later_updates_see_the_policy_move_away_from_pi_old(enc, tiny_model, digit_reward, mu, K):
     """Inside grpo_step: after the first update at a large lr, ratios leave 1 and the clip acts."""
-    _, stats = run_step(enc, tiny_model(enc), GRPOConfig(**CFG, mu=mu, minibatches=K, clip=0.05), lr=5e-2)
+    _, stats = run_step(enc, tiny_model(), GRPOConfig(**CFG, mu=mu, minibatches=K, clip=0.05), lr=5e-2)
     assert stats["ratio_max"] > 1.05 or stats["ratio_min"] < 0.95
     assert stats["clip_frac"] > 0 and stats["ppo_kl"] != 0
 
@@ -122,11 +102,11 @@ def test_loss_mask_is_the_completion_only(tiny_warm, monkeypatch, mask_truncated
     assert not used[:, :P - 1].any()  # never a prompt token
 
 
-def test_kl_term_uses_the_reference_model(enc, digit_reward):
-    model = tiny_model(enc)
+def test_kl_term_uses_the_reference_model(enc, tiny_model, digit_reward):
+    model = tiny_model()
     _, same = run_step(enc, model, GRPOConfig(**CFG, kl=0.1), ref=copy.deepcopy(model))
     assert same["kl"] == pytest.approx(0.0, abs=1e-7)  # first update: the policy is its reference
-    ref = tiny_model(enc, seed=1)  # a reference that differs from the policy
+    ref = tiny_model(seed=1)  # a reference that differs from the policy
     _, other = run_step(enc, model, GRPOConfig(**CFG, kl=0.1), ref=ref)
     assert other["kl"] > 1e-3
 
@@ -158,8 +138,8 @@ def test_sampler_and_learner_describe_the_same_distribution(enc):
 
 
 @pytest.mark.parametrize("T", [0.7, 1.3])
-def test_fused_and_unfused_logprobs_agree(enc, T):
-    model = tiny_model(enc)
+def test_fused_and_unfused_logprobs_agree(enc, tiny_model, T):
+    model = tiny_model()
     g = torch.Generator().manual_seed(3)
     tokens = torch.randint(0, enc.n_vocab, (5, 12), generator=g)
     mask = torch.rand(5, 12, generator=g) > 0.2
@@ -171,8 +151,8 @@ def test_fused_and_unfused_logprobs_agree(enc, T):
         assert (x[~loss_mask] == 0).all()
 
 
-def test_rollout_sampler_logp_equals_learner_logp_without_truncation(enc):
-    model = tiny_model(enc)
+def test_rollout_sampler_logp_equals_learner_logp_without_truncation(enc, tiny_model):
+    model = tiny_model()
     stream = tasks.problems("easy", 0)
     batch = rollouts.rollout(model, enc, [next(stream) for _ in range(3)], GRPOConfig(**CFG), torch.Generator().manual_seed(0))
     logp, _ = grpo.token_logprobs(model, batch.tokens, batch.mask, batch.loss_mask, CFG["temperature"])

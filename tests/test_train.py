@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import grpo
-import sft
 import train
 from model import CheckpointError
 
