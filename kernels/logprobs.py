@@ -32,7 +32,7 @@ The kernel re-reads the row once, recomputes p_j = 2^u_j and writes d z; nothing
 size (N, V) exists. inplace_backward=True writes d z over the logits themselves.
 
 -inf logits (banned tokens) are replaced by a finite -1e30 (in x, base-2 units), so every
-difference stays finite and no `where` guard is needed: a banned token gets p = 0, and a
+difference stays finite without `where` guards around each exp: a banned token gets p = 0, and a
 banned target gets logp = ln2 (-1e30 - m - log2 d), about -7e29 rather than -inf. A row
 whose logits are ALL -inf has no distribution; here it is a row of equal logits:
 logp = -log V, entropy = log V, and the gradient of a uniform row. That keeps one
@@ -204,7 +204,8 @@ def _on_device(tensor):
 
 
 def _triton_forward(logits, targets, temperature, logp, entropy, stats, block_v=None, num_warps=None):
-    """logits (B, T, V), vocab stride 1; targets (B, T) contiguous -> writes logp, entropy (B, T), stats (2, B, T)."""
+    """logits (B, T, V) with vocab stride 1, targets (B, T) contiguous
+    -> writes logp, entropy (B, T) and stats (2, B, T)."""
     B, T, V = logits.shape
     rows, block_v, num_warps = _tile(T, V, block_v, num_warps)
     with _on_device(logits):
@@ -330,10 +331,10 @@ def check_targets(targets, V):
 
 def _as_3d(logits):
     """(..., V) -> a (B, T, V) view with vocabulary stride 1; copies only when it must."""
-    if logits.dim() < 3:
-        x = logits.reshape(1, -1, logits.shape[-1])      # adds size-1 dims: always a view
-    else:
-        x = logits.reshape(-1, *logits.shape[-2:])       # a copy only if dims cannot merge
+    try:
+        x = logits.view(1, -1, logits.shape[-1])   # rows one stride apart: a single launch row
+    except RuntimeError:                            # e.g. logits[:, :-1]: keep (B, T) apart
+        x = logits.reshape(-1, *logits.shape[-2:])  # copies only if the leading dims cannot merge
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
@@ -368,8 +369,8 @@ def logprobs_entropy_backward(logits, targets, stats, entropy, g_logp, g_H, temp
     backend = backend or _pick_backend(logits)
     if out is None:
         out = torch.empty(logits.shape, device=logits.device, dtype=logits.dtype)
-    x, dx = _as_3d(logits), _as_3d(out)
-    assert dx.data_ptr() == out.data_ptr(), "out must be viewable as (B, T, V)"
+    x = _as_3d(logits)
+    dx = out.view(x.shape)                        # the same (B, T) split as the logits
     shape = x.shape[:2]
     t = targets.reshape(-1).contiguous().view(shape)
     # the upstream grad of a .sum() is an expanded (stride 0) tensor; kernels index by row
@@ -414,7 +415,7 @@ def token_logprobs_and_entropy(logits, targets, temperature=1.0, *, inplace_back
     inplace_backward=True writes the gradient into the logits' memory instead of a new
     (N, V) buffer, as Liger-Kernel does: it saves N V bytes at the peak, but the logits
     are garbage after backward, so use it only if nothing else reads them (unsafe if the
-    caller, or another op's saved tensors, reuse the logits).
+    caller, or another op's saved tensors, reuse the logits). The reference backend ignores it.
     """
     lead, V = logits.shape[:-1], logits.shape[-1]
     x = _as_3d(logits)                           # (B, T, V), a view when possible
