@@ -21,8 +21,13 @@ Two ways to chunk, picked per device (override with chunk_over="rows" | "vocab")
     matmuls stay large.
   * "vocab" (default elsewhere): all rows, C vocabulary columns at a time, merging the
     chunks' (m, d, s) with logprobs.merge_stats. On a CPU the (N, C) chunk stays in cache.
-    On a GPU it would make ~V / C ~ 150 passes of small elementwise ops over (N, C)
+    On a GPU (N = 16384: C = 1024) it would make ~150 passes of small elementwise ops over (N, C)
     buffers larger than L2, each a trip to memory: that is why CUDA chunks over rows.
+
+Under autocast the logits are computed in autocast's dtype in forward and, explicitly,
+in that same dtype in backward (which autocast does not cover), so that backward's
+recomputed p matches the statistics forward saved.
+
 Neither path fuses the matmul with the softmax (a single Triton kernel could keep each
 tile on chip); that is the next step, not taken here.
 
@@ -34,7 +39,7 @@ over row chunks). Cost: 3 matmuls of 2 N d V flops, plus the recomputed one.
 """
 import torch
 
-from .logprobs import (LOG2E, _pick_backend, check_targets, finish_stats, logprobs_entropy_backward,
+from .logprobs import (LOG2E, check_targets, finish_stats, logprobs_entropy_backward,
                        logprobs_entropy_forward, merge_stats, online_stats,
                        reference_logprobs_and_entropy, softmax_grad_)
 
@@ -88,8 +93,9 @@ def _vocab_forward(hidden, weight, targets, temperature, chunk):
 def _vocab_backward(hidden, weight, targets, temperature, chunk, stats, entropy, g_logp, g_H,
                     want_hidden, want_weight):
     """Recompute each chunk's logits -> grad_hidden (N, d), grad_weight (V, d) (or None)."""
-    grad_hidden = torch.zeros(hidden.shape, dtype=stats.dtype, device=hidden.device) if want_hidden else None
-    grad_weight = torch.empty_like(weight) if want_weight else None     # (V, d)
+    acc = dict(dtype=stats.dtype, device=hidden.device)
+    grad_hidden = torch.zeros(hidden.shape, **acc) if want_hidden else None  # (N, d) fp32 sum over chunks
+    grad_weight = torch.empty_like(weight) if want_weight else None          # (V, d)
     for v0 in range(0, weight.shape[0], chunk):
         w_chunk = weight[v0:v0 + chunk]                                 # (C, d)
         dz = softmax_grad_(_chunk_x(hidden, w_chunk, temperature), *stats, entropy, g_logp, g_H)
@@ -100,7 +106,7 @@ def _vocab_backward(hidden, weight, targets, temperature, chunk, stats, entropy,
             grad_hidden += dz @ w_chunk                                 # (N, d)
         if want_weight:
             torch.mm(dz.t(), hidden, out=grad_weight[v0:v0 + chunk])    # (C, d)
-    return None if grad_hidden is None else grad_hidden.to(hidden.dtype), grad_weight
+    return grad_hidden, grad_weight
 
 
 # ------------------------------------------------------------------ row chunks
@@ -131,15 +137,22 @@ def _rows_backward(hidden, weight, targets, temperature, rows, stats, entropy, g
             torch.mm(dz, weight, out=grad_hidden[sl])                   # (R, d)
         if want_weight:
             grad_weight += dz.t() @ hidden[sl]                          # (V, d)
-    return grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype)
+    return grad_hidden, grad_weight
 
 
 # ------------------------------------------------------------------ autograd
 class _LinearLogprobsEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, targets, temperature, chunk_over, chunk):
+        # Under autocast (train.py on CUDA) the logits come out in autocast's dtype, but
+        # backward runs without autocast: fix the matmul dtype here and use it in both, so
+        # that backward recomputes the very logits whose statistics forward saved.
+        dev = hidden.device.type
+        ctx.mm_dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else hidden.dtype
         fwd = _rows_forward if chunk_over == "rows" else _vocab_forward
-        logp, entropy, stats = fwd(hidden, weight, targets, temperature, chunk)
+        with torch.autocast(dev, enabled=False):
+            logp, entropy, stats = fwd(hidden.to(ctx.mm_dtype), weight.to(ctx.mm_dtype), targets,
+                                       temperature, chunk)
         ctx.save_for_backward(hidden, weight, targets, stats, entropy)
         ctx.args = temperature, chunk_over, chunk
         return logp, entropy
@@ -150,9 +163,11 @@ class _LinearLogprobsEntropy(torch.autograd.Function):
         temperature, chunk_over, chunk = ctx.args
         bwd = _rows_backward if chunk_over == "rows" else _vocab_backward
         g_logp, g_H = g_logp.to(stats.dtype).contiguous(), g_H.to(stats.dtype).contiguous()
-        grads = bwd(hidden, weight, targets, temperature, chunk, stats, entropy, g_logp, g_H,
-                    *ctx.needs_input_grad[:2])
-        return *grads, None, None, None, None
+        grad_hidden, grad_weight = bwd(hidden.to(ctx.mm_dtype), weight.to(ctx.mm_dtype), targets,
+                                       temperature, chunk, stats, entropy, g_logp, g_H,
+                                       *ctx.needs_input_grad[:2])
+        return (None if grad_hidden is None else grad_hidden.to(hidden.dtype),
+                None if grad_weight is None else grad_weight.to(weight.dtype), None, None, None, None)
 
 
 # ------------------------------------------------------------------ dispatch
@@ -175,7 +190,6 @@ def linear_logprobs_and_entropy(hidden, weight, targets, temperature=1.0, *, chu
     chunk_over = chunk_over or ("rows" if hidden.is_cuda else "vocab")
     if chunk_over == "rows":
         chunk = chunk_size or max(1, ROW_CHUNK_ELEMENTS // V)
-        _pick_backend(hidden2)  # fail early on a bad KERNELS_BACKEND
     elif chunk_over == "vocab":
         chunk = min(chunk_size or max(256, VOCAB_CHUNK_ELEMENTS // max(N, 1)), V)
     else:

@@ -148,3 +148,23 @@ def test_gradcheck_float64():
     h, w = hidden.requires_grad_(), weight.requires_grad_()
     fn = lambda h, w: linear_logprobs_and_entropy(h, w, targets, 0.8, chunk_size=6)  # noqa: E731
     assert torch.autograd.gradcheck(fn, (h, w))
+
+
+@pytest.mark.parametrize("chunk_over,chunk_size", [("vocab", 128), ("rows", 16)])
+def test_autocast_backward_recomputes_the_forward_logits(chunk_over, chunk_size):
+    # train.py runs the forward under bf16 autocast and the backward outside it: the
+    # backward must recompute the bf16 logits, not fp32 ones (p would then be off by
+    # exp(z32 - z16), a few % at logits of std 10), to match the materialised path
+    hidden, weight, targets = make_inputs(48, 64, 500, torch.float32, seed=61)
+    weight = weight * 3  # logits of std ~10
+    use = ("logp", "entropy")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = values_and_grads(reference, hidden, weight, targets, 1.0, use, 61)
+        out = values_and_grads(linear_logprobs_and_entropy, hidden, weight, targets, 1.0, use, 61,
+                               chunk_over=chunk_over, chunk_size=chunk_size)
+    assert out[2].dtype == out[3].dtype == torch.float32  # grads in the parameters' dtype
+    for name, x, r in zip(["logp", "entropy"], out, ref):
+        torch.testing.assert_close(x, r.float(), rtol=1e-5, atol=1e-5, msg=f"{name} seed=61")
+    # chunks sum bf16 products in fp32 where autocast rounds one product: ~5e-3 apart
+    for name, x, r in zip(["grad_hidden", "grad_weight"], out[2:], ref[2:]):
+        assert max_rel_err(x, r.double()) < 1e-2, f"{name} seed=61"
