@@ -335,21 +335,40 @@ def test_triton_launches_on_the_tensors_device(seed, monkeypatch):
     assert guarded == [logits.data_ptr()] * 2  # forward and backward
 
 
+COMPILABLE = lp.triton is not None and not lp._INTERPRETED
+
+
+@pytest.mark.skipif(not COMPILABLE, reason="needs triton, not under TRITON_INTERPRET")
+@pytest.mark.parametrize("scale_type", ["fp32", "fp64"])
+def test_kernels_compile_for_a_gpu_even_with_a_fp64_temperature(scale_type):
+    """Compiles both kernels for an sm_90 GPU ahead of time (no GPU needed), which the
+    interpreter never does. torch.compile may hand the temperature scale over as fp64:
+    without the kernels' cast to fp32 the running max would turn fp64 inside the loop and
+    Triton refuses the loop-carried type change."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    rows = {"T": "i32", "V": "i32", "scale": scale_type, "stride_b": "i64", "stride_t": "i32",
+            "ROWS": "constexpr", "BLOCK_V": "constexpr"}
+    fwd = {"logits_ptr": "*bf16", "targets_ptr": "*i64", **{k: "*fp32" for k in
+           ("logp_ptr", "entropy_ptr", "m_ptr", "log2d_ptr")}, **rows}
+    bwd = {"logits_ptr": "*bf16", "targets_ptr": "*i64", **{k: "*fp32" for k in
+           ("m_ptr", "log2d_ptr", "entropy_ptr", "glogp_ptr", "gent_ptr")}, "dlogits_ptr": "*bf16",
+           **rows, "dstride_b": "i64", "dstride_t": "i32"}
+    for kernel, signature in ((lp._fwd_kernel, fwd), (lp._bwd_kernel, bwd)):
+        src = ASTSource(fn=kernel, signature=signature, constexprs={"ROWS": 1, "BLOCK_V": 4096})
+        compiled = lp.triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
+        assert "cubin" in compiled.asm
+
+
 @pytest.mark.skipif(not TRITON_HERE, reason=TRITON_SKIP)
-def test_triton_temperature_is_fp32_whatever_its_type(seed):
-    """The kernels cast the scale to fp32. On a GPU a float64 scale (as torch.compile may
-    pass) would otherwise make the running max fp64 and fail Triton's loop type check.
-    The interpreter does no such check and torch.compile cannot trace the interpreter
-    (dynamo fails inside its numpy pointer arithmetic), so here we check that float64
-    temperatures (numpy, 0-d tensor) give the fp32 answer; bench/gpu_check.sh runs the
-    kernels under torch.compile on a GPU."""
+def test_triton_temperature_of_any_float_type(seed):
+    # numpy and 0-d tensor temperatures (float64) give exactly the Python float's answer
     logits = 3 * torch.randn(9, 400, device=device("triton"))
     targets = torch.randint(0, 400, (9,), device=logits.device)
     expected = token_logprobs_and_entropy(logits, targets, 0.7)
     for temperature in (np.float64(0.7), torch.tensor(0.7, dtype=torch.float64)):
         got = token_logprobs_and_entropy(logits, targets, temperature)
         torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=f"seed={seed}")
-    check_against_reference(logits, targets, np.float64(0.7), "triton", seed)
 
 
 def test_torch_path_under_torch_compile(seed, monkeypatch):
