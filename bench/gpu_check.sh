@@ -52,8 +52,8 @@ log "gpu_check $(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || e
 log "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null)"
 log "$(python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, "GPUs", torch.cuda.device_count())')"
 
-part tests 120 python -m pytest -q -x tests/test_kernels_logprobs.py tests/test_kernels_linear.py
-part kernel 270 python bench/gpu_kernel_check.py --report "$REPORT"
+part tests 90 python -m pytest -q -x tests/test_kernels_logprobs.py tests/test_kernels_linear.py
+part kernel 300 python bench/gpu_kernel_check.py  # its stdout goes into the report
 RUNS="runs/gpu_check-$(date +%Y%m%d-%H%M%S)"  # fresh folder: train.py refuses to overwrite a run
 part train 150 python train.py --steps 50 --run-name gpu_check --runs-dir "$RUNS"
 
@@ -64,7 +64,7 @@ elif ! grep -q "LOCAL_RANK\|init_process_group" train.py; then
     log "SKIP ddp: train.py does not support torchrun"
 else  # a launch that never reaches the first step (no NCCL, no torchrun) is a SKIP
     OUT=$(mktemp)
-    timeout 60 torchrun --nproc-per-node 2 train.py --steps 10 --run-name gpu_check_ddp \
+    timeout 50 torchrun --nproc-per-node 2 train.py --steps 10 --run-name gpu_check_ddp \
         --runs-dir "$RUNS" > "$OUT" 2>&1
     RC=$?
     tee -a "$REPORT" < "$OUT"

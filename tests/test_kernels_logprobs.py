@@ -142,7 +142,8 @@ def test_all_minus_inf_row_is_uniform_and_finite(backend, seed):
     logp, H, stats = poisoned_forward(logits, targets, T, backend)
     msg = f"seed={seed} backend={backend}"
     assert abs(logp[1] + math.log(V)) < 1e-4 and abs(H[1] - math.log(V)) < 1e-4, msg
-    g = poisoned_backward(logits, targets, stats, H, torch.ones(3), torch.ones(3), T, backend)
+    ones = torch.ones(3, device=logits.device)
+    g = poisoned_backward(logits, targets, stats, H, ones, ones, T, backend)
     expected = torch.full((V,), -1 / V / T)
     expected[17] += 1 / T                          # d logp = (onehot - 1/V) / T, d H = 0
     torch.testing.assert_close(g[1].cpu(), expected, rtol=1e-4, atol=1e-6, msg=msg)
