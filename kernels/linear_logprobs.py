@@ -96,12 +96,13 @@ def _vocab_backward(hidden, weight, targets, temperature, chunk, stats, entropy,
     acc = dict(dtype=stats.dtype, device=hidden.device)
     grad_hidden = torch.zeros(hidden.shape, **acc) if want_hidden else None  # (N, d) fp32 sum over chunks
     grad_weight = torch.empty_like(weight) if want_weight else None          # (V, d)
+    g_logp, g_H = g_logp / temperature, g_H / temperature              # chain rule: x = z / T
     for v0 in range(0, weight.shape[0], chunk):
         w_chunk = weight[v0:v0 + chunk]                                 # (C, d)
         dz = softmax_grad_(_chunk_x(hidden, w_chunk, temperature), *stats, entropy, g_logp, g_H)
         col, inside = _target_in_chunk(targets, v0, dz.shape[1])
         dz.scatter_add_(1, col, torch.where(inside, g_logp, 0.0).unsqueeze(1))  # + g_logp onehot
-        dz = dz.div_(temperature).to(hidden.dtype)                      # (N, C) d loss / d z
+        dz = dz.to(hidden.dtype)                                        # (N, C) d loss / d z
         if want_hidden:
             grad_hidden += dz @ w_chunk                                 # (N, d)
         if want_weight:

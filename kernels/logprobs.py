@@ -263,17 +263,18 @@ def finish_stats(m, d, s, x_t):
 
 def softmax_grad_(x, m, log2_d, entropy, g_logp, g_H):
     """In place: x (R, C) base-2 scaled logits -> -p (g_logp + g_H (log p + H)), the
-    gradient w.r.t. logits / T without its g_logp onehot term (the caller adds that where
-    the target lies, and divides by T)."""
+    gradient w.r.t. the logits without its g_logp onehot term (the caller adds that where
+    the target lies). Pass g_logp / T and g_H / T: the 1 / T of x = z / T then costs
+    nothing per element, as in the kernel."""
     u = x.sub_(m[:, None]).sub_(log2_d[:, None])                    # (R, C) log2 p
     p = u.exp2()                                                    # (R, C)
-    return u.mul_(LN2 * g_H[:, None]).add_((g_logp + g_H * entropy)[:, None]).mul_(p).neg_()
+    # the minus sign rides on the per-row factors too
+    return u.mul_(-LN2 * g_H[:, None]).sub_((g_logp + g_H * entropy)[:, None]).mul_(p)
 
 
 def _scaled(logits, temperature):
-    """A fresh fp32 copy of log2(e) logits / T with -inf -> NEG, (R, V): safe to overwrite."""
-    x = logits.to(torch.float32, copy=True).mul_(LOG2E / temperature)
-    return x.clamp_(min=NEG)
+    """A fresh fp32 log2(e) logits / T with -inf -> NEG, (R, V): safe to overwrite."""
+    return (logits.float() * (LOG2E / temperature)).clamp_(min=NEG)  # one pass less for fp32
 
 
 def _row_chunks(B, T, V):
@@ -294,10 +295,10 @@ def _torch_forward(logits, targets, temperature, logp, entropy, stats):
 def _torch_backward(logits, targets, stats, entropy, g_logp, g_H, temperature, dlogits):
     """Same contract as _triton_backward. dlogits may be logits itself (in place)."""
     for b, sl in _row_chunks(*logits.shape):
+        g_lp, g_h = g_logp[b, sl] / temperature, g_H[b, sl] / temperature  # (C,) chain rule: x = z / T
         g = softmax_grad_(_scaled(logits[b, sl], temperature), stats[0, b, sl], stats[1, b, sl],
-                          entropy[b, sl], g_logp[b, sl], g_H[b, sl])  # (C, V)
-        g.scatter_add_(1, targets[b, sl, None], g_logp[b, sl, None])  # + g_logp onehot
-        dlogits[b, sl] = g.div_(temperature)                           # cast to dlogits.dtype
+                          entropy[b, sl], g_lp, g_h)                   # (C, V)
+        dlogits[b, sl] = g.scatter_add_(1, targets[b, sl, None], g_lp[:, None])  # + onehot; cast
 
 
 # ----------------------------------------------------------------------------- public helpers
