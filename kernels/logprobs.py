@@ -31,12 +31,13 @@ so, with log p_j = ln2 u_j and u_j = x_j - m - log2 d,
 The kernel re-reads the row once, recomputes p_j = 2^u_j and writes d z; nothing else of
 size (N, V) exists. inplace_backward=True writes d z over the logits themselves.
 
--inf logits (banned tokens) are replaced by a finite -1e30 (in x, base-2 units), so every
-difference stays finite without `where` guards around each exp: a banned token gets p = 0, and a
-banned target gets logp = ln2 (-1e30 - m - log2 d), about -7e29 rather than -inf. A row
-whose logits are ALL -inf has no distribution; here it is a row of equal logits:
-logp = -log V, entropy = log V, and the gradient of a uniform row. That keeps one
-masked-out row from turning a whole batch's loss into NaN (the reference gives NaN).
+-inf logits (banned tokens) are replaced by a finite -1e30 (in x, base-2 units), so
+every difference stays finite without `where` guards around each exp: a banned token
+gets p = 0, and a banned target gets logp = ln2 (-1e30 - m - log2 d), about -7e29
+rather than -inf. A row whose logits are ALL -inf has no distribution; here it is a row
+of equal logits: logp = -log V, entropy = log V, and the gradient of a uniform row.
+That keeps one masked-out row from turning a whole batch's loss into NaN (the
+reference gives NaN).
 
 Bytes it must move (b = bytes per logit): forward reads N V b and writes 16 N (logp,
 entropy, stats); backward reads N V b and writes N V b. bench/bench_logprobs.py measures
