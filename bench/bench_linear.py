@@ -11,6 +11,11 @@ with 1 thread C=512 was fastest (fwd+bwd 0.52x the materialised time, C=4096 0.7
 its 8 MiB buffers staying in cache; with 2 threads on the busy machine C=512's forward
 alone was 1.9x slower than materialised (each of its ~450 small parallel ops waits for a
 descheduled thread) while C=4096 stayed at 0.78x. So the robust C=4096 is the default.
+The rows path came later; one round with 1 thread on a busy machine (--rounds 1
+--chunks 4096 --row-chunks 1024) had it ahead: fwd+bwd 0.37x the materialised time and
+137 MiB, against 0.49x and 239 MiB for C=4096. Worth re-measuring before changing the
+CPU default (which would also need a CPU row budget: ROW_CHUNK_ELEMENTS is 16384 rows
+at V=32768).
 The GPU defaults (the rows path, ROW_CHUNK_ELEMENTS) are not measured yet: run this
 script, or bench/gpu_check.sh, on a GPU.
 
