@@ -21,8 +21,9 @@ Two ways to chunk, picked per device (override with chunk_over="rows" | "vocab")
     matmuls stay large.
   * "vocab" (default elsewhere): all rows, C vocabulary columns at a time, merging the
     chunks' (m, d, s) with logprobs.merge_stats: plain torch ops, C sized from a memory
-    budget and measured on CPU (bench/bench_linear.py). On a GPU (N = 16384: C = 1024) it would make ~150 passes of small elementwise ops over (N, C)
-    buffers larger than L2, each a trip to memory: that is why CUDA chunks over rows.
+    budget and measured on CPU (bench/bench_linear.py). On a GPU (N = 16384: C = 1024)
+    it would make ~150 passes of small elementwise ops over (N, C) buffers larger than
+    L2, each a trip to memory: that is why CUDA chunks over rows.
 
 Under autocast the logits are computed in autocast's dtype in forward and, explicitly,
 in that same dtype in backward (which autocast does not cover), so that backward's
