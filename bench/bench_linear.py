@@ -1,9 +1,23 @@
-"""Peak memory and time of log-prob + entropy from (hidden, LM-head weight): chunked
-(kernels/linear_logprobs.py) against materialised logits (hidden @ W.T, log_softmax,
-gather, entropy).
+"""Peak memory and time of log-prob + entropy from (hidden, LM-head weight): both
+chunkings of kernels/linear_logprobs.py ("vocab" column chunks, "rows" row chunks)
+against materialised logits (hidden @ W.T, log_softmax, gather, entropy).
 
 Run:  nice -n 19 python bench/bench_linear.py --threads 2
       (on CPU: N=4096, d=256, V=32768, fp32; with CUDA: N=16384, d=1024, V=151936, bf16)
+
+Where the defaults came from. VOCAB_CHUNK_ELEMENTS = 2**24 (C = 4096 columns at N = 4096)
+was measured with this script at N=4096, d=256, V=32768 on a shared 2-core machine:
+with 1 thread C=512 was fastest (fwd+bwd 0.52x the materialised time, C=4096 0.74x),
+its 8 MiB buffers staying in cache; with 2 threads on the busy machine C=512's forward
+alone was 1.9x slower than materialised (each of its ~450 small parallel ops waits for a
+descheduled thread) while C=4096 stayed at 0.78x. So the robust C=4096 is the default.
+The rows path came later; one round with 1 thread on a busy machine (--rounds 1
+--chunks 4096 --row-chunks 1024) had it ahead: fwd+bwd 0.37x the materialised time and
+137 MiB, against 0.49x and 239 MiB for C=4096. Worth re-measuring before changing the
+CPU default (which would also need a CPU row budget: ROW_CHUNK_ELEMENTS is 16384 rows
+at V=32768).
+The GPU defaults (the rows path, ROW_CHUNK_ELEMENTS) are not measured yet: run this
+script, or bench/gpu_check.sh, on a GPU.
 
 How memory is measured. Each (path, mode, chunk) case runs in a fresh subprocess, so no
 allocator state leaks between cases. The worker allocates the inputs, records its
@@ -116,7 +130,7 @@ def main(a):
     cases = [("materialised", 0)]
     if a.logits_kernel:
         cases.append(("logits+kernel", 0))
-    cases += [("chunked", c) for c in a.chunks]
+    cases += [("vocab", c) for c in a.chunks] + [("rows", r) for r in a.row_chunks]
     modes = ["fwd", "fwd+bwd"]
     print(f"N={a.N} d={a.d} V={a.V} {'cuda bf16' if gpu else 'cpu fp32'} threads={a.threads} "
           f"rounds={a.rounds} repeats={a.repeats}  (N*V fp32 logits = {a.N * a.V * 4 / MiB:.0f} MiB)")
@@ -155,7 +169,9 @@ if __name__ == "__main__":
     p.add_argument("--V", type=int, default=None, help="vocabulary size")
     # what to run
     p.add_argument("--chunks", type=int, nargs="+", default=[512, 1024, 2048, 4096],
-                   help="vocabulary chunk widths to try for the chunked path")
+                   help="vocabulary chunk widths to try for the vocab path")
+    p.add_argument("--row-chunks", type=int, nargs="*", default=[1024, 4096],
+                   help="rows per chunk to try for the rows path")
     p.add_argument("--logits-kernel", action="store_true",
                    help="also time materialised logits through kernels.token_logprobs_and_entropy")
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
@@ -163,7 +179,7 @@ if __name__ == "__main__":
     p.add_argument("--repeats", type=int, default=2, help="timed calls per case per round")
     # internal: one case in a subprocess
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--path", default="chunked", help=argparse.SUPPRESS)
+    p.add_argument("--path", default="vocab", help=argparse.SUPPRESS)
     p.add_argument("--mode", default="fwd+bwd", help=argparse.SUPPRESS)
     p.add_argument("--chunk", type=int, default=2048, help=argparse.SUPPRESS)
     args = p.parse_args()

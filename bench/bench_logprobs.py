@@ -3,6 +3,7 @@
     nice python bench/bench_logprobs.py                # CPU sizes, and GPU sizes if CUDA is present
     nice python bench/bench_logprobs.py --quick        # one small CPU case, a smoke test
     nice python bench/bench_logprobs.py --no-compile   # skip torch.compile (slow to build on CPU)
+    python bench/bench_logprobs.py --gpu-only          # GPU sizes and the tile sweep only
 
 Compares, forward ("fwd") and forward + backward ("fwd+bwd"):
   eager    the chapter's code: log_softmax(logits.float() / T), gather, -(p * log p).sum
@@ -27,6 +28,12 @@ glibc could reuse already-resident memory and hide an allocation). Linux only.
 Forward runs with logits.requires_grad=True, as in training (autograd saves what it needs).
 Targets: CPU fwd+bwd x min <= 1.5 and ours no slower than eager; GPU (N=16384, V=151936,
 bf16) fwd >= 90% and fwd+bwd >= 85% of copy bandwidth, >= 3x eager, >= 1.3x compile.
+Tile sweep (GPU): the Triton forward and backward alone at N=16384, V=151936, bf16 for
+each BLOCK_V x num_warps, as GB/s and % of copy; the kernels' default is _tile's choice.
+
+Threads on a shared CPU. Each chunk of the CPU path runs ~10 short ops, each an OpenMP
+parallel region, so it suffers when OMP_NUM_THREADS exceeds the free cores: on a loaded
+2-core machine at N=4096, V=32768, fwd+bwd took 0.74 s with 1 thread and 25 s with 2.
 """
 import argparse
 import os
@@ -39,6 +46,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from kernels import logprobs as lp  # noqa: E402
 from kernels import token_logprobs_and_entropy  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -183,18 +191,41 @@ def bench_case(device, N, V, dtype, impls, args):
     del logits, grads
 
 
+def tile_sweep(N, V, dtype):
+    """Forward alone and backward alone (the no-autograd helpers) for each Triton tile."""
+    import triton.testing
+    logits, targets, (g_logp, g_H) = inputs(N, V, dtype, "cuda")
+    logits = logits.detach()
+    logp, entropy, stats = lp.logprobs_entropy_forward(logits, targets)
+    dlogits = torch.empty_like(logits)
+    cgbs, nbytes = copy_gbs(logits), logits.numel() * logits.element_size()
+    print(f"\ntile sweep, N={N} V={V} {dtype}: copy {cgbs:.0f} GB/s")
+    print(f"{'BLOCK_V':>8} {'warps':>6} {'fwd ms':>8} {'fwd %copy':>10} {'bwd ms':>8} {'bwd %copy':>10}")
+    for block_v in (1024, 2048, 4096, 8192):
+        for num_warps in (4, 8, 16):
+            tile = dict(block_v=block_v, num_warps=num_warps)
+            fwd = triton.testing.do_bench(lambda: lp.logprobs_entropy_forward(
+                logits, targets, out=(logp, entropy, stats), **tile))
+            bwd = triton.testing.do_bench(lambda: lp.logprobs_entropy_backward(
+                logits, targets, stats, entropy, g_logp, g_H, out=dlogits, **tile))
+            pct = [100 * moved / (ms * 1e-3) / 1e9 / cgbs for moved, ms in ((nbytes, fwd), (2 * nbytes, bwd))]
+            print(f"{block_v:>8} {num_warps:>6} {fwd:8.3f} {pct[0]:10.1f} {bwd:8.3f} {pct[1]:10.1f}", flush=True)
+
+
 def main(args):
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, reps {args.reps}, "
           f"KERNELS_BACKEND={os.environ.get('KERNELS_BACKEND', 'auto')}, "
           f"load average {os.getloadavg()[0]:.1f} (others' jobs inflate the wall time)")
     impls = implementations(not args.no_compile)
     print(HEADER)
-    for N, V, dtype in ([(256, 4096, "fp32")] if args.quick else CPU_CASES):
-        bench_case("cpu", N, V, dtype, impls, args)
+    if not args.gpu_only:
+        for N, V, dtype in ([(256, 4096, "fp32")] if args.quick else CPU_CASES):
+            bench_case("cpu", N, V, dtype, impls, args)
     if torch.cuda.is_available() and not args.quick:
         for N, V, dtype in GPU_CASES:
             bench_case("cuda", N, V, dtype, impls, args)
             torch.cuda.empty_cache()
+        tile_sweep(16384, 151936, "bf16")
     else:
         print("(no CUDA device: GPU cases not run)")
 
@@ -204,6 +235,7 @@ if __name__ == "__main__":
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     # --- what to run
     p.add_argument("--quick", action="store_true", help="one small CPU case only")
+    p.add_argument("--gpu-only", action="store_true", help="skip the CPU cases")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     p.add_argument("--reps", type=int, default=5, help="timed CPU runs per cell (median)")
     # --- internal: the fresh process that measures one CPU peak

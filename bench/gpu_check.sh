@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# One-shot GPU check of the kernels and of training, for a machine with CUDA.
+#
+#     bash bench/gpu_check.sh [REPORT]      # default REPORT: gpu_check_report.txt
+#
+# Installs nothing beyond requirements.txt (and only if an import fails). In under 10
+# minutes (each part has a time limit) it runs, appending every table to REPORT with a
+# PASS / FAIL / SKIP line per part:
+#   1. tests  the kernel tests; on CUDA the Triton ones run in-process on the GPU
+#   2. kernel bench/gpu_kernel_check.py: correctness at N=32768, V=151936, bf16,
+#             bandwidth against a device copy and a tile sweep, eager vs torch.compile,
+#             the hidden-state path at d=1024 and 4096 (see its docstring)
+#   3. train  python train.py --steps 50 (bf16 autocast on CUDA; builds the warm start
+#             first if checkpoints/warmstart.pt is missing, which may not fit the limit)
+#   4. ddp    torchrun --nproc-per-node 2 train.py --steps 10, if 2+ GPUs are visible
+#             and train.py supports torchrun; skipped with a line otherwise, or if it
+#             fails before training starts
+# Without CUDA it prints one line and exits 0. Exit status: 1 if any part failed.
+set -u
+cd "$(dirname "$0")/.."
+REPORT="${1:-gpu_check_report.txt}"
+
+if ! python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    echo "gpu_check: no CUDA device visible; nothing to check"
+    exit 0
+fi
+
+: > "$REPORT"
+FAILED=()
+log() { echo "$*" | tee -a "$REPORT"; }
+
+# part NAME SECONDS CMD...: run CMD under a time limit, output into the report
+part() {
+    local name=$1 limit=$2
+    shift 2
+    log ""
+    log "===== $name: $* (limit ${limit}s)"
+    local t0=$SECONDS
+    timeout "$limit" "$@" 2>&1 | tee -a "$REPORT"
+    local rc=${PIPESTATUS[0]}
+    if [ "$rc" -eq 0 ]; then
+        log "PASS $name ($((SECONDS - t0))s)"
+    else
+        log "FAIL $name (exit $rc$([ "$rc" -eq 124 ] && echo ", time limit"), $((SECONDS - t0))s)"
+        FAILED+=("$name")
+    fi
+}
+
+python -c "import torch, triton, tiktoken, numpy, matplotlib, pytest" 2>/dev/null \
+    || pip install -q -r requirements.txt
+log "gpu_check $(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo 'no git')"
+log "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null)"
+log "$(python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, "GPUs", torch.cuda.device_count())')"
+
+part tests 90 python -m pytest -q -x tests/test_kernels_logprobs.py tests/test_kernels_linear.py
+part kernel 300 python bench/gpu_kernel_check.py  # its stdout goes into the report
+RUNS="runs/gpu_check-$(date +%Y%m%d-%H%M%S)"  # fresh folder: train.py refuses to overwrite a run
+part train 150 python train.py --steps 50 --run-name gpu_check --runs-dir "$RUNS"
+
+NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
+if [ "$NGPU" -lt 2 ]; then
+    log "SKIP ddp: $NGPU GPU visible"
+elif ! grep -q "LOCAL_RANK\|init_process_group" train.py; then
+    log "SKIP ddp: train.py does not support torchrun"
+else  # a launch that never reaches the first step (no NCCL, no torchrun) is a SKIP
+    OUT=$(mktemp)
+    timeout 50 torchrun --nproc-per-node 2 train.py --steps 10 --run-name gpu_check_ddp \
+        --runs-dir "$RUNS" > "$OUT" 2>&1
+    RC=$?
+    tee -a "$REPORT" < "$OUT"
+    if [ "$RC" -eq 0 ]; then
+        log "PASS ddp"
+    elif ! grep -q "run folder" "$OUT"; then
+        log "SKIP ddp: torchrun did not start (exit $RC); see the output above"
+    else
+        log "FAIL ddp (exit $RC)"
+        FAILED+=(ddp)
+    fi
+    rm -f "$OUT"
+fi
+
+log ""
+if [ ${#FAILED[@]} -eq 0 ]; then
+    log "gpu_check: all parts PASS (report: $REPORT)"
+else
+    log "gpu_check: FAIL ${FAILED[*]} (report: $REPORT)"
+    exit 1
+fi
