@@ -25,7 +25,7 @@ import time
 
 import plot
 
-COMMON = ["--steps", "200", "--eval-every", "20"]
+COMMON = ["--steps", "100", "--eval-every", "10"]
 EXPERIMENTS = {
     "baseline": (["--clip", "inf", "--mu", "1", "--kl", "0"], "GRPO without clipping, one update per batch, no KL"),
     "clip": (["--clip", "0.2", "--mu", "2"], "clipped ratio, eps 0.2, two updates per batch (ratio != 1)"),
@@ -49,14 +49,14 @@ EXPERIMENTS = {
     "olmo3": (["--recipe", "olmo3"], "the book's OLMo 3 style recipe (items 1-7)"),
     "deepseek_v32": (["--recipe", "deepseek_v32"], "the book's DeepSeek-V3.2 style recipe (items 8-12)"),
     # the chapter's lessons, in a stress regime found by a sweep (README, "The chapter's lessons")
-    "unstable": (["--lr", "3e-4", "--mu", "4", "--clip", "inf", "--kl", "0", "--steps", "180"],
-                 "no clipping, no KL, large off-policy updates (lr 3e-4, mu 4)"),
-    "unstable_clip": (["--lr", "3e-4", "--mu", "4", "--clip", "0.2", "--kl", "0", "--steps", "180"],
+    "unstable": (["--lr", "3e-4", "--mu", "4", "--clip", "inf", "--kl", "0", "--steps", "80"],
+                 "no clipping, no KL, 4 updates per rollout at lr 3e-4: far off-policy"),
+    "unstable_clip": (["--lr", "3e-4", "--mu", "4", "--clip", "0.2", "--kl", "0", "--steps", "80"],
                       "the same with the ratio clipped at eps 0.2"),
-    "format_exploit": (["--format-weight", "1.0", "--max-new-tokens", "24", "--level", "hard"],
-                       "an ungated format bonus worth as much as a right answer"),
-    "format_exploit_gated": (["--format-weight", "1.0", "--max-new-tokens", "24", "--level", "hard", "--gated"],
-                             "the same bonus paid only for right answers"),
+    "format_exploit": (["--format-weight", "1.0", "--max-new-tokens", "26", "--steps", "200", "--eval-every", "20"],
+                       "a format bonus worth a right answer; 26 tokens do not fit every 3-step reasoning"),
+    "format_exploit_gated": (["--format-weight", "1.0", "--max-new-tokens", "26", "--steps", "200", "--eval-every", "20",
+                              "--gated"], "the same bonus paid only for right answers"),
 }
 COMPARISONS = {  # figure name -> (experiments, metrics to draw)
     "clip": (["baseline", "clip"], "eval_acc,reward,entropy,clip_frac"),
