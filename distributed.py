@@ -39,7 +39,11 @@ def init(device):
 
 
 def close():
+    """Leave the process group at the end of a successful run. The barrier first: a rank
+    that tears down gloo while another still works (rank 0 writing a checkpoint) can abort
+    the whole run at its very end. Not on errors: there the others may never arrive."""
     if active():
+        dist.barrier()
         dist.destroy_process_group()
 
 
@@ -57,11 +61,14 @@ def world():
 
 def wrap(model):
     """The module to run the training forward through: DDP under torchrun, else the model.
-    broadcast_buffers=False: the model's only buffers are constants every rank builds alike."""
+    DDP copies rank 0's weights to every rank here, and from then on its backward
+    all-reduces (averages) each gradient as soon as it is ready, overlapping with the rest
+    of the backward. The tied embedding / head weight is one parameter: its gradient from
+    both uses is summed by autograd first, then reduced once."""
     if not active():
         return model
     device_ids = [model.wte.weight.device.index] if model.wte.weight.is_cuda else None
-    return DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False)
+    return DistributedDataParallel(model, device_ids=device_ids)
 
 
 def _reduce(x, op):

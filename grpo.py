@@ -468,7 +468,8 @@ def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generat
     """Sample, score, compute advantages, then mu epochs of K minibatch updates.
 
     Under torchrun, model is the DDP wrapper (distributed.wrap) and n_prompts this rank's
-    share; the statistics returned are the global ones, the same on every rank.
+    share; each update's minibatch is the union of the ranks' k-th minibatches, and the
+    statistics returned are the global ones, the same on every rank.
     Returns (Rollouts, dict of float statistics). Raises FloatingPointError (before the
     optimizer step, so the weights stay good) if the loss or gradients are not finite.
     """

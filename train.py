@@ -316,6 +316,7 @@ def main(args):
             save_checkpoint(os.path.join(run_dir, "ckpt_latest.pt"), model,
                             {**extra, "optimizer": opt.state_dict(), "step": step, "args": vars(args)})
     log(f"done: {args.steps} steps, {time.time() - t_start:.0f}s total. Plot: python plot.py {run_dir}")
+    distributed.close()
     return run_dir
 
 
@@ -353,5 +354,3 @@ if __name__ == "__main__":
         # under torchrun: this rank's message, then a non-zero exit, on which torchrun stops the other ranks
         where = f" (rank {distributed.rank()} of {distributed.world()})" if distributed.world() > 1 else ""
         parser.exit(2, f"train.py{where}: error: {e}\n")
-    finally:
-        distributed.close()
