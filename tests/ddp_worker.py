@@ -31,7 +31,11 @@ CASES = {
     "constant": dict(loss_agg="constant"),
     "adv_norm_batch": dict(adv_norm="batch"),
     "kl_entropy_minibatches": dict(loss_agg="token_mean", kl=0.5, entropy_coef=0.1, minibatches=2, mu=2),
+    # dynamic sampling out of rounds can leave ranks with different numbers of groups
+    "uneven_seq_mean": dict(loss_agg="seq_mean", adv_norm="batch"),
+    "uneven_minibatches": dict(minibatches=2),  # rank 1 has one minibatch, runs an empty second one
 }
+UNEVEN = {0: [0, 1, 2], 1: [3]}  # groups of each rank in the uneven cases
 G, N_GROUPS = 4, 4
 # Rewards chosen so each group has its own std (group and batch normalisation differ).
 REWARDS = torch.tensor([1., 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0, 1])
@@ -75,9 +79,11 @@ def step_cases(out_path):
     distributed.init("cpu")
     r = distributed.rank()
     half = rollouts.take_rows(batch, torch.arange(r * 8, (r + 1) * 8))  # this rank's 2 groups
+    uneven = rollouts.take_rows(batch, torch.cat([torch.arange(g * G, (g + 1) * G) for g in UNEVEN[r]]))
     out = {}
     for name, kw in CASES.items():
-        stats, weights = one_step(distributed.wrap(copy.deepcopy(model)), half, grpo.GRPOConfig(**{**vars(base), **kw}))
+        mine = uneven if name.startswith("uneven") else half
+        stats, weights = one_step(distributed.wrap(copy.deepcopy(model)), mine, grpo.GRPOConfig(**{**vars(base), **kw}))
         ref_stats, ref_weights = singles[name]
         out[name] = {"single": ref_stats, "ddp": stats,
                      "max_weight_diff": max((weights[k] - ref_weights[k]).abs().max().item() for k in weights),
