@@ -129,3 +129,11 @@ def test_a_batch_that_does_not_split_over_the_ranks_is_refused(monkeypatch):
         train.check_args(train.get_parser().parse_args(["--prompts-per-step", "3"]))
     with pytest.raises(ValueError, match="minibatch holds whole groups"):
         train.check_args(train.get_parser().parse_args(["--prompts-per-step", "4", "--minibatches", "3"]))
+
+
+def test_sft_runs_under_two_ranks(tmp_path):
+    run = torchrun("sft.py", "--steps", "3", "--n-layer", "1", "--d-model", "32", "--n-head", "2", "--batch-size", "8",
+                   "--eval-size", "4", "--pass-k", "0", "--level", "easy", "--eval-level", "easy",
+                   "--out", str(tmp_path / "w.pt"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("saved") == 1 and (tmp_path / "w.pt").exists()  # rank 0 alone logs and writes
