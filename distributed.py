@@ -8,8 +8,7 @@ environment; `init` joins them into a process group. The model is wrapped in PyT
 DistributedDataParallel (`wrap`) for the training forward only: its backward all-reduces
 (averages) the gradients, so every rank takes the same optimizer step. Everything else a
 rank must agree on goes through the helpers below: sums, counts, min / max of tensors
-(the normalisers of the loss and the logged statistics) and a gather of small Python
-objects. Without a process group they return their input, so one process computes
+(the normalisers of the loss and the logged statistics). Without a process group they return their input, so one process computes
 exactly what it did before this file existed.
 """
 import datetime
@@ -102,15 +101,6 @@ def all_std(x):
     n_total = all_sum(torch.stack([x.sum(), x.new_tensor(x.numel())]))  # (2,): global sum, global count
     mean = n_total[0] / n_total[1]
     return (all_sum(((x - mean) ** 2).sum()) / (n_total[1] - 1)).sqrt()
-
-
-def gather(obj):
-    """The list of every rank's (picklable) obj, in rank order; [obj] in one process."""
-    if not active():
-        return [obj]
-    out = [None] * world()
-    dist.all_gather_object(out, obj)
-    return out
 
 
 def all_mean(x):

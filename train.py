@@ -314,7 +314,8 @@ def main(args):
         append_jsonl(metrics_path, stats)
         if step % args.save_every == 0 or step == args.steps:
             save_checkpoint(os.path.join(run_dir, "ckpt_latest.pt"), model,
-                            {**extra, "optimizer": opt.state_dict(), "step": step, "args": vars(args)})
+                            {**extra, "optimizer": opt.state_dict(), "step": step, "args": vars(args),
+                             "processes": n_ranks})
     log(f"done: {args.steps} steps, {time.time() - t_start:.0f}s total. Plot: python plot.py {run_dir}")
     distributed.close()
     return run_dir
@@ -340,6 +341,9 @@ def resume_state(args):
         for name in ("metrics.jsonl", "samples.jsonl"):
             truncate_metrics(os.path.join(run_dir, name), state["step"])
         print(f"resuming {run_dir} from step {state['step']}")
+        if state.get("processes", 1) != distributed.world():  # allowed (e.g. more GPUs), but say so
+            print(f"note: the run had {state.get('processes', 1)} process(es), now {distributed.world()}: the "
+                  "steps from here draw other problems and samples than the uninterrupted run would have")
     return saved, run_dir, state["step"], state
 
 

@@ -3,6 +3,7 @@
     python bench/bench_ddp.py                    # both tables: 3 default runs (~3-5 min on 2 cores), then FLOPs
     python bench/bench_ddp.py --steps 30         # shorter runs (no plateau then)
     python bench/bench_ddp.py --skip-runs        # only the FLOP table
+    python bench/bench_ddp.py --configs 1x1,2x1 --repeats 3 --steps 40   # interleaved, median (a busy machine)
 
 Table 1 runs the default recipe (`python train.py`, 16 prompts x 8 samples per step, the
 same global batch in every row) three ways, back to back: 1 process x 1 thread, 1 process
@@ -46,7 +47,7 @@ import grpo  # noqa: E402
 import tasks  # noqa: E402
 import train  # noqa: E402
 
-CONFIGS = [("1 x 1 thread", 1, 1), ("1 x 2 threads", 1, 2), ("2 x 1 thread", 2, 1)]  # (name, processes, threads)
+CONFIGS = {"1x1": ("1 x 1 thread", 1, 1), "1x2": ("1 x 2 threads", 1, 2), "2x1": ("2 x 1 thread", 2, 1)}
 
 
 # ---------------------------------------------------------------- table 1: processes and threads
@@ -75,17 +76,23 @@ def plateau_time(evals, target):
     return next((t for t, a in evals if a >= target), None)
 
 
-def table_runs(steps):
-    out = []
+def table_runs(steps, configs, repeats):
+    """Each config once per round, rounds back to back (interleaved, so a burst of load from
+    elsewhere hits every config alike); the row of the run with the median steps/s."""
+    runs = {c: [] for c in configs}
     with tempfile.TemporaryDirectory() as runs_dir:
-        for name, nproc, threads in CONFIGS:
-            rows, load = run_train(runs_dir, name.replace(" ", "_"), nproc, threads, steps)
-            out.append((name, load, run_summary(rows)))
+        for i in range(repeats):
+            for c in configs:
+                name, nproc, threads = CONFIGS[c]
+                rows, load = run_train(runs_dir, f"{c}_{i}", nproc, threads, steps)
+                runs[c].append((name, load, run_summary(rows)))
+    out = [sorted(runs[c], key=lambda r: r[2]["steps_per_s"])[(repeats - 1) // 2] for c in configs]
     target = out[0][2]["best"] - 0.02
     base = out[0][2]["steps_per_s"]
-    print(f"\ndefault recipe, {steps} steps of 16 prompts x 8 samples; plateau: first eval >= {target:.1%} "
-          f"(best of 1 x 1 minus 2 points); load average (1 min) before each run")
-    print("| processes x threads | steps/s | vs 1 x 1 | run wall time (s) | time to plateau (s) | best / final eval acc "
+    print(f"\ndefault recipe, {steps} steps of 16 prompts x 8 samples, median of {repeats} interleaved run(s); "
+          f"plateau: first eval >= {target:.1%} (best of the first row minus 2 points); load average (1 min) "
+          "before the run")
+    print(f"| processes x threads | steps/s | vs {out[0][0]} | run wall time (s) | time to plateau (s) | best / final eval acc "
           "| load avg |")
     print("|---|---|---|---|---|---|---|")
     for name, load, s in out:
@@ -176,9 +183,11 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=100, help="steps of each default run (100: the default run)")
     ap.add_argument("--flop-steps", type=int, default=5, help="GRPO steps measured for the FLOP table")
     ap.add_argument("--skip-runs", action="store_true", help="only the FLOP table")
+    ap.add_argument("--configs", default="1x1,1x2,2x1", help="processes x threads to run, comma-separated")
+    ap.add_argument("--repeats", type=int, default=1, help="rounds of runs (median reported)")
     args = ap.parse_args()
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()}")
     if not args.skip_runs:
-        table_runs(args.steps)
+        table_runs(args.steps, args.configs.split(","), args.repeats)
     table_flops(args.flop_steps)
     print(f"load average at the end {os.getloadavg()}")
