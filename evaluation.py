@@ -6,10 +6,12 @@ the task and depends only on the model, the tokenizer and the rewards:
     tasks / tokenizer / model / rewards  <-  evaluation  <-  sft, train
 
 `evaluate` decodes greedily with the same completion budget as training: the number a
-run reports is what the policy answers when it is not exploring.
+run reports is what the policy answers when it is not exploring. Under torchrun each
+rank answers every N-th problem and the counts are summed over the ranks.
 """
 import torch
 
+import distributed
 import rewards
 from model import generate
 from tokenizer import decode_completions, encode_text
@@ -17,18 +19,21 @@ from tokenizer import decode_completions, encode_text
 
 @torch.no_grad()
 def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256):
-    """Greedy accuracy and share of completions in think format on a list of problems."""
+    """Greedy accuracy and share of completions in think format on a list of problems
+    (the whole list on every rank: each answers its share, the counts are summed)."""
     was_training = model.training
     model.eval()
     correct = fmt = 0
-    for i in range(0, len(problems), batch_size):
-        chunk = problems[i:i + batch_size]
+    mine = problems[distributed.rank()::distributed.world()]  # all of them in one process
+    for i in range(0, len(mine), batch_size):
+        chunk = mine[i:i + batch_size]
         prompts = [encode_text(enc, p.prompt) for p in chunk]
         tokens, mask, _ = generate(model, prompts, max_new_tokens, enc.eot_token, greedy=True)
         for text, p in zip(decode_completions(enc, tokens, mask, max(map(len, prompts))), chunk):
             correct += rewards.correctness_reward(text, p.answer)
             fmt += rewards.format_reward(text)
     model.train(was_training)
+    correct, fmt = distributed.all_sum(torch.tensor([correct, fmt], dtype=torch.float64)).tolist()
     return {"accuracy": correct / len(problems), "format": fmt / len(problems)}
 
 

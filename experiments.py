@@ -6,11 +6,13 @@
     python experiments.py all --seeds 0,1,2 --jobs 2  # the whole suite, then figures and table
     python experiments.py table                       # only re-make figures/ and print the table
     python experiments.py table --readme README.md    # ... and write the table into the README
+    python experiments.py clip --nproc 2              # each run under torchrun, 2 processes (train.py's ranks)
 
 Each experiment is a list of train.py flags on top of COMMON (a flag given again in the
 experiment wins), run as `python train.py ...` in a subprocess, so what you see here is
 exactly what you would type. `--jobs 2` runs two independent runs side by side, one CPU
-thread each, which is how a 2-core machine is used fully. Each question of the chapter
+thread each, which is how a 2-core machine is used fully; `--nproc 2` instead runs each
+run as `torchrun --standalone --nproc-per-node 2 train.py ...` (one run, two cores). Each question of the chapter
 gets one figure (COMPARISONS), drawn by plot.py as the mean over seeds with a min..max
 band. The table is computed from the run folders, never typed: mean +- std over seeds.
 LESSONS states each of the chapter's claims as a check on the runs, and the table
@@ -91,9 +93,11 @@ LESSONS = {  # lesson -> (experiments, check(their summaries for one seed) -> bo
 }
 
 
-def command(name, seed, runs_dir, extra=()):
+def command(name, seed, runs_dir, extra=(), nproc=1):
     flags, _ = EXPERIMENTS[name]
-    return [sys.executable, "train.py", *COMMON, *flags, "--seed", str(seed), "--threads", "1", *extra,
+    # torchrun as `python -m torch.distributed.run`; --standalone: each run finds its own free port
+    launch = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)] if nproc > 1 else []
+    return [sys.executable, *launch, "train.py", *COMMON, *flags, "--seed", str(seed), "--threads", "1", *extra,
             "--runs-dir", os.path.join(runs_dir, name), "--run-name", f"seed{seed}"]
 
 
@@ -241,7 +245,7 @@ def main(args):
                              f"{', '.join(EXPERIMENTS)}")
     if names:
         t0 = time.time()
-        run_all([command(n, s, args.runs_dir, args.extra) for n in names for s in args.seeds], args.jobs)
+        run_all([command(n, s, args.runs_dir, args.extra, args.nproc) for n in names for s in args.seeds], args.jobs)
         print(f"{len(names) * len(args.seeds)} runs in {(time.time() - t0) / 60:.1f} min with --jobs {args.jobs}")
     figures(args.runs_dir, args.figures)
     text = table(args.runs_dir)
@@ -255,6 +259,7 @@ if __name__ == "__main__":
     ap.add_argument("names", nargs="*", default=[], help=f"all, table, or experiments: {', '.join(EXPERIMENTS)}")
     ap.add_argument("--seeds", type=parse_seeds, default=[0], help="comma-separated seeds, e.g. 0,1,2")
     ap.add_argument("--jobs", type=int, default=1, help="runs side by side (one CPU thread each)")
+    ap.add_argument("--nproc", type=int, default=1, help="processes per run (torchrun; see README, Many processes)")
     ap.add_argument("--runs-dir", default="runs/exp", help="where the run folders go (NAME/seed<k>/)")
     ap.add_argument("--figures", default="figures", help="where the comparison PNGs go")
     ap.add_argument("--readme", default=None, help="also write the table between the README's table markers")
@@ -263,6 +268,6 @@ if __name__ == "__main__":
     args = ap.parse_args()
     if not (args.names or args.list):
         ap.error("name an experiment, 'all', 'table' or --list")
-    if args.jobs < 1:
-        ap.error("--jobs must be >= 1")
+    if args.jobs < 1 or args.nproc < 1:
+        ap.error("--jobs and --nproc must be >= 1")
     main(args)

@@ -22,6 +22,10 @@ Every idea of the chapter lives in one function here and every variant is a flag
 - corrections for off-policy data: truncated importance sampling (Yao et al. 2025), and
   DeepSeek-V3.2's kept sampling mask, off-policy sequence masking and re-weighted KL;
 - GDPO (Liu et al. 2026): normalise each reward term before summing; an entropy bonus.
+Under torchrun (many processes, distributed.py) each rank samples its share of the groups
+and the objective stays the one on the union of the ranks' batches: `aggregate` says how
+each loss normaliser is made global, `group_advantages` the batch std; the statistics
+are all-reduced where they are computed (`masked_mean`, `ratio_stats`, `step_stats`).
 Recipes (RECIPES, `--recipe`) are named sets of these flags.
 
 Where this departs from the book's scripts, and why (files in rasbt/reasoning-from-scratch,
@@ -49,6 +53,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+import distributed
 import rewards
 from kernels import linear_logprobs_and_entropy, token_logprobs_and_entropy
 from rollouts import concat_rollouts, group_rows, minibatch_rows, rollout, take_rows
@@ -136,13 +141,14 @@ def group_advantages(rewards, G, norm="group", eps=1e-4):
     A_i = (r_i - mean(r of its group)) / (std + eps), with std over the group ("group",
     DeepSeekMath), over the whole batch ("batch"), or no division at all ("none",
     Dr. GRPO: dividing by a small std makes near-unanimous groups dominate).
+    A group never spans ranks, so under torchrun only the batch std needs the other ranks.
     """
     r = rewards.view(-1, G)  # (n_groups, G)
     centred = r - r.mean(1, keepdim=True)
     if norm == "group":
         centred = centred / (r.std(1, keepdim=True) + eps)
     elif norm == "batch":
-        centred = centred / (rewards.std() + eps)
+        centred = centred / (distributed.all_std(rewards) + eps)  # std of every rank's rewards
     elif norm != "none":
         raise ValueError(f"unknown advantage normalisation {norm!r}")
     return centred.view(-1)  # (B,)
@@ -188,6 +194,10 @@ def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, 
     2.6 MB for a step here (128 x 72 x 287), 1.5 GB per 10k tokens at Qwen's 151,936.
     """
     h = model(tokens[:, :-1], mask[:, :-1], hidden=True)  # (B, T, d)
+    # Under torchrun `model` may be the DDP wrapper (its forward hooks the gradient
+    # all-reduce); the tied head weight is a parameter of the module inside, the same
+    # tensor as the embedding, so its gradient from both uses is summed before DDP reduces it.
+    model = distributed.unwrap(model)
     rows, targets = h[loss_mask], tokens[:, 1:][loss_mask]  # (n, d), (n,): completion positions only
     if support is not None:
         logits = (rows @ model.lm_head_weight.t()).masked_fill(~support[loss_mask], float("-inf"))  # (n, V)
@@ -274,15 +284,29 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
     token_mean: sum over all tokens / number of tokens (DAPO); every token weighs the same.
     constant:   sum over all tokens / (B * max_len) (Dr. GRPO); no length normalisation
                 at all, so length carries no bias into the gradient.
+
+    Many processes (torchrun, N ranks): the objective is the one above on the union of
+    the ranks' batches. Each mode is a numerator that is a sum over this rank's rows and a
+    denominator that spans the batch; the denominator is all-reduced (sequences for
+    seq_mean, tokens for token_mean, B * max_len for constant), and the rank returns
+
+        N * numerator_r / denominator_global.
+
+    DDP averages the ranks' gradients (their sum / N), so the update follows
+    mean_r grad(N * num_r / D) = grad(sum_r num_r / D): the gradient of the global
+    objective. The global value of the loss is the mean of the ranks' values. In one
+    process N = 1 and the denominator is this batch's: the formulas above, unchanged.
     """
     mask = mask.to(token_loss.dtype)
     if mode == "seq_mean":
-        return ((token_loss * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
-    if mode == "token_mean":
-        return (token_loss * mask).sum() / mask.sum().clamp(min=1)
-    if mode == "constant":
-        return (token_loss * mask).sum() / (mask.shape[0] * max_len)
-    raise ValueError(f"unknown loss aggregation {mode!r}")
+        num, den = ((token_loss * mask).sum(1) / mask.sum(1).clamp(min=1)).sum(), mask.shape[0]
+    elif mode == "token_mean":
+        num, den = (token_loss * mask).sum(), mask.sum()
+    elif mode == "constant":
+        num, den = (token_loss * mask).sum(), mask.shape[0] * max_len
+    else:
+        raise ValueError(f"unknown loss aggregation {mode!r}")
+    return num / distributed.all_sum(den).clamp(min=1) * distributed.world()
 
 
 def tis_weights(old_logp, sampler_logp, cap):
@@ -314,8 +338,18 @@ def off_policy_keep(logp, sampler_logp, adv, mask, delta):
 
 
 def masked_mean(x, mask):
+    """Mean of x where mask, over every rank's tokens (for statistics: no gradient crosses ranks)."""
     mask = mask.to(x.dtype)
-    return (x * mask).sum() / mask.sum().clamp(min=1)
+    return distributed.all_sum((x * mask).sum()) / distributed.all_sum(mask.sum()).clamp(min=1)
+
+
+def masked_extrema(x, mask):
+    """(min, max) of x where mask, over every rank; (1, 1) where no rank has a token
+    (used for ratios and importance weights, whose neutral value is 1)."""
+    inf = x.new_tensor(float("inf"))
+    lo = distributed.all_min(x[mask].min() if mask.any() else inf)
+    hi = distributed.all_max(x[mask].max() if mask.any() else -inf)
+    return (lo if torch.isfinite(lo) else x.new_ones(())), (hi if torch.isfinite(hi) else x.new_ones(()))
 
 
 def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg, entropy=None, token_weight=None):
@@ -379,9 +413,8 @@ def ratio_stats(ratio, adv, logp, old_logp, mask, eps_low, eps_high):
     m = mask.bool()
     r = ratio.expand_as(logp)  # (B, T)
     A = adv[:, None]
-    out = {"ratio_mean": masked_mean(r, m),
-           "ratio_min": r[m].min() if m.any() else r.new_ones(()),
-           "ratio_max": r[m].max() if m.any() else r.new_ones(()),
+    ratio_min, ratio_max = masked_extrema(r, m)
+    out = {"ratio_mean": masked_mean(r, m), "ratio_min": ratio_min, "ratio_max": ratio_max,
            "clip_frac_low": masked_mean((r < 1 - eps_low) & (A < 0), m),
            "clip_frac_high": masked_mean((r > 1 + eps_high) & (A > 0), m),
            "ppo_kl": masked_mean(old_logp - logp, m)}
@@ -395,7 +428,9 @@ def sample_batch(model, enc, next_problems, n_prompts, cfg, generator):
     """Rollouts for n_prompts prompts. With dynamic sampling, groups without reward
     variance are dropped and more prompts drawn, up to max_sampling_rounds rounds.
 
-    Returns (Rollouts, fraction of zero-variance groups among all groups sampled).
+    Under torchrun n_prompts is this rank's share: each rank fills its own quota (its
+    rounds need no other rank), so together they fill the global batch.
+    Returns (Rollouts, fraction of zero-variance groups among all groups every rank sampled).
     """
     G, parts, kept, n_zero, n_seen = cfg.group_size, [], 0, 0, 0
     for _ in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
@@ -403,7 +438,7 @@ def sample_batch(model, enc, next_problems, n_prompts, cfg, generator):
         zero = zero_variance_groups(part.rewards["total"], G)
         n_zero, n_seen = n_zero + int(zero.sum()), n_seen + len(zero)
         if not cfg.dynamic_sampling:
-            return part, n_zero / n_seen
+            return part, zero_fraction(n_zero, n_seen)
         keep = ~zero & (torch.cumsum((~zero).long(), 0) <= n_prompts - kept)  # fill, no more
         if keep.any():
             parts.append(take_rows(part, group_rows(keep, G)))
@@ -412,7 +447,12 @@ def sample_batch(model, enc, next_problems, n_prompts, cfg, generator):
             break
     # Out of rounds: train on what was kept (a smaller batch); if nothing, on the last
     # round as sampled (all advantages are zero then, only the KL term acts).
-    return concat_rollouts(parts or [part]), n_zero / n_seen
+    return concat_rollouts(parts or [part]), zero_fraction(n_zero, n_seen)
+
+
+def zero_fraction(n_zero, n_seen):
+    n_zero, n_seen = distributed.all_sum(torch.tensor([n_zero, n_seen])).tolist()  # over every rank
+    return n_zero / n_seen
 
 
 def advantages(batch, cfg):
@@ -427,10 +467,14 @@ def advantages(batch, cfg):
 def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generator):
     """Sample, score, compute advantages, then mu epochs of K minibatch updates.
 
+    Under torchrun, model is the DDP wrapper (distributed.wrap) and n_prompts this rank's
+    share; each update's minibatch is the union of the ranks' k-th minibatches, and the
+    statistics returned are the global ones, the same on every rank.
     Returns (Rollouts, dict of float statistics). Raises FloatingPointError (before the
     optimizer step, so the weights stay good) if the loss or gradients are not finite.
     """
-    batch, zero_frac = sample_batch(model, enc, next_problems, n_prompts, cfg, generator)
+    policy = distributed.unwrap(model)  # sampling and no-grad passes need no gradient all-reduce
+    batch, zero_frac = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
     tokens, mask, loss_mask = batch.tokens, batch.mask, batch.loss_mask  # (B, L), (B, L), (B, T)
     if cfg.mask_truncated:
         loss_mask = loss_mask & ~batch.truncated[:, None]
@@ -448,10 +492,15 @@ def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generat
     old_logp = None
     if cfg.minibatches > 1:  # the second minibatch is seen after an update: pi_old needs its own pass
         with torch.no_grad():
-            old_logp, _ = logprobs(model, everything)  # (B, T)
+            old_logp, _ = logprobs(policy, everything)  # (B, T)
+    parts = minibatch_rows(len(adv), cfg.group_size, cfg.minibatches)
+    # Every rank must join every update's all-reduces. A rank left with fewer groups than
+    # K (dynamic sampling out of rounds) has fewer minibatches: it runs the missing ones
+    # with zero rows, which adds nothing to the loss or its normalisers and a zero gradient.
+    parts += [parts[0][:0]] * (int(distributed.all_max(len(parts))) - len(parts))
     per_update = []
     for epoch in range(cfg.mu):
-        for rows in minibatch_rows(len(adv), cfg.group_size, cfg.minibatches):
+        for rows in parts:
             logp, entropy = logprobs(model, rows)  # (b, T)
             if old_logp is None:
                 # K = 1: this first forward runs on the weights that sampled the rollouts, so
@@ -464,25 +513,31 @@ def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generat
                                            adv[rows] * keep, m, cfg, entropy, tis_weights(old_logp[rows], sampler_logp,
                                                                                           cfg.tis_cap))
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            loss.backward()  # under DDP: the gradients arrive averaged over the ranks
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
-                raise FloatingPointError(f"non-finite loss ({loss.item()}) or gradient norm ({grad_norm.item()})")
+            # each rank's terms are its share of the global ones (see aggregate): their mean over
+            # ranks is the global value; every rank then sees the same loss and gradient norm and
+            # takes the same decision here
+            terms = {k: distributed.all_sum(v.detach()) / distributed.world() for k, v in terms.items()}
+            if not (torch.isfinite(terms["loss"]) and torch.isfinite(grad_norm)):
+                raise FloatingPointError(f"non-finite loss ({terms['loss'].item()}) or gradient norm "
+                                         f"({grad_norm.item()})")
             opt.step()
             stats = {**terms, **ratio_stats(ratio, adv[rows], logp, old_logp[rows], m, *clip_range(cfg)),
                      "grad_norm": grad_norm, "entropy": masked_mean(entropy.detach(), m),
-                     "off_policy_masked_frac": 1 - keep.mean()}
+                     "off_policy_masked_frac": 1 - distributed.all_mean(keep)}
             per_update.append({k: float(v.detach()) for k, v in stats.items()})
     return batch, step_stats(batch, adv, per_update, zero_frac, old_logp, loss_mask)
 
 
 def step_stats(batch, adv, per_update, zero_frac, old_logp, loss_mask):
-    """Average the updates' statistics (ratio min / max over all) and add batch statistics."""
+    """Average the updates' statistics (ratio min / max over all) and add batch statistics,
+    each over every rank's rows (means from all-reduced sums and counts, max of maxima)."""
     out = {k: sum(s[k] for s in per_update) / len(per_update) for k in per_update[0]}
     out["ratio_min"] = min(s["ratio_min"] for s in per_update)
     out["ratio_max"] = max(s["ratio_max"] for s in per_update)
     for name, r in batch.rewards.items():  # every term rewards.score returns
-        out["reward" if name == "total" else "reward_" + name] = r.mean().item()
+        out["reward" if name == "total" else "reward_" + name] = distributed.all_mean(r).item()
     lengths = batch.loss_mask.sum(1).float()  # (B,)
     # The sampler and the learner should describe one distribution; under top-p / top-k
     # they do not. Logged whether or not --tis-cap corrects for it: the gap and the
@@ -490,9 +545,11 @@ def step_stats(batch, adv, per_update, zero_frac, old_logp, loss_mask):
     m = loss_mask.bool()
     gap = old_logp - batch.sampler_logp  # (B, T)
     w = torch.exp(gap[m].clamp(max=20.0)) if m.any() else gap.new_ones(1)
-    out.update(reward_std=batch.rewards["total"].std().item(), adv_mean=adv.mean().item(), adv_std=adv.std().item(),
-               zero_std_frac=zero_frac, resp_len=lengths.mean().item(), resp_len_max=lengths.max().item(),
-               truncated_frac=batch.truncated.float().mean().item(), n_tokens=int(batch.mask.sum()),
-               sampler_gap=masked_mean(gap.abs(), m).item(),
-               tis_weight_min=w.min().item(), tis_weight_mean=w.mean().item(), tis_weight_max=w.max().item())
+    w_min, w_max = masked_extrema(gap.clamp(max=20.0).exp(), m)
+    out.update(reward_std=distributed.all_std(batch.rewards["total"]).item(), adv_mean=distributed.all_mean(adv).item(),
+               adv_std=distributed.all_std(adv).item(), zero_std_frac=zero_frac,
+               resp_len=distributed.all_mean(lengths).item(), resp_len_max=distributed.all_max(lengths.max()).item(),
+               truncated_frac=distributed.all_mean(batch.truncated.float()).item(),
+               n_tokens=int(distributed.all_sum(batch.mask.sum())), sampler_gap=masked_mean(gap.abs(), m).item(),
+               tis_weight_min=w_min.item(), tis_weight_mean=distributed.all_mean(w).item(), tis_weight_max=w_max.item())
     return out

@@ -16,10 +16,15 @@ by imitation, deliberately leaving room for RL:
 
     python sft.py                      # ~2 min on 2 CPU cores -> checkpoints/warmstart.pt
     python sft.py --steps 50 --out /tmp/tiny.pt
+    torchrun --nproc-per-node 2 sft.py           # 2 processes (gloo, CPU), batch split over them
 
 Prints a progress line (step, loss, tokens/s, ETA) and, at the end, greedy accuracy and
 pass@8 on the RL eval set. Departure from the book: the chapter starts from a pretrained
 Qwen3-0.6B; we build our own starting point in a couple of minutes.
+
+Under torchrun (distributed.py) each of N ranks draws batch_size / N examples from its
+own stream (rank 0's is the one-process stream), the loss is the token mean over the
+whole batch, DDP averages the gradients, and rank 0 alone writes the checkpoint.
 """
 import argparse
 import math
@@ -29,6 +34,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+import distributed
 import tasks
 from evaluation import evaluate, pass_at_k
 from model import GPT, GPTConfig, count_params, save_checkpoint
@@ -75,6 +81,11 @@ def build_tokenizer_spec(seed, n_merges=48):
 
 
 def main(args):
+    distributed.init("cpu")  # under torchrun: join the other ranks (gloo; this script trains on the CPU)
+    rank, n_ranks = distributed.rank(), distributed.world()
+    log = print if rank == 0 else (lambda *a, **k: None)
+    if args.batch_size % n_ranks:
+        raise ValueError(f"--batch-size {args.batch_size} does not split over {n_ranks} processes")
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     tasks.check_level(args.level), tasks.check_level(args.eval_level)
@@ -82,42 +93,50 @@ def main(args):
     enc = build_tokenizer(spec)
     cfg = GPTConfig(vocab_size=enc.n_vocab, n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model)
     model = GPT(cfg)
-    print(f"warm start: {count_params(model) / 1e6:.2f}M params, vocab {enc.n_vocab}, {args.steps} steps "
+    trained = distributed.wrap(model)  # DDP: the backward averages the gradients over the ranks
+    log(f"warm start: {count_params(model) / 1e6:.2f}M params, vocab {enc.n_vocab}, {args.steps} steps "
           f"of {args.batch_size}, level {args.level}, direct answers {args.direct_frac:.0%}")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    data = sft_examples(enc, args.level, args.seed, args.direct_frac)
+    data = sft_examples(enc, args.level, args.seed + rank * 1_000_000_007, args.direct_frac)  # rank 0: as ever
     t0, tokens_seen, losses = time.time(), 0, []
     for step in range(args.steps):
-        x, y, mask, loss_mask = make_batch([next(data) for _ in range(args.batch_size)], enc.eot_token)
-        logits = model(x, mask)  # (B, T, V)
+        x, y, mask, loss_mask = make_batch([next(data) for _ in range(args.batch_size // n_ranks)], enc.eot_token)
+        logits = trained(x, mask)  # (B, T, V)
         loss = F.cross_entropy(logits[loss_mask], y[loss_mask])
+        # Token mean over every rank's batch: this rank's mean * its share of the tokens * N,
+        # since DDP divides the summed gradients by N (the factor is exactly 1 in one process).
+        n_here = loss_mask.sum()
+        loss = loss * (n_here / distributed.all_sum(n_here) * n_ranks)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        tokens_seen += int(mask.sum())
+        tokens_seen += int(distributed.all_sum(mask.sum()))
+        loss = distributed.all_sum(loss.detach()) / n_ranks  # the global token mean
         losses.append(loss.item())
         if step % args.log_every == 0 or step == args.steps - 1:
             el = time.time() - t0
             eta = el / (step + 1) * (args.steps - step - 1)
-            print(f"sft step {step:4d}/{args.steps} | loss {loss.item():.4f} | {tokens_seen / el:,.0f} tok/s "
+            log(f"sft step {step:4d}/{args.steps} | loss {loss.item():.4f} | {tokens_seen / el:,.0f} tok/s "
                   f"| {el:.0f}s elapsed | ETA {eta:.0f}s", flush=True)
     model.eval()
     evalset = tasks.eval_set(args.eval_level, args.eval_size)
     acc = evaluate(model, enc, evalset)
     line = f"warm start done in {time.time() - t0:.0f}s | greedy eval accuracy {acc['accuracy']:.1%} " \
            f"(think format {acc['format']:.1%}) on {len(evalset)} {args.eval_level} problems"
-    if args.pass_k:
+    if args.pass_k and rank == 0:  # one process samples the pass@k problems; the others are done
         pk = pass_at_k(model, enc, evalset[:args.pass_k_problems], k=args.pass_k, seed=args.seed)
         line += f" | pass@{args.pass_k} (T=1) {pk:.1%} on {min(len(evalset), args.pass_k_problems)}"
-    print(line)
+    log(line)
     meta = {"tokenizer": spec, "task": {"sft_level": args.level, "eval_level": args.eval_level,
                                         "template": tasks.PROMPT_TEMPLATE},
             "sft_args": vars(args), "sft_eval": {"accuracy": acc["accuracy"], "format": acc["format"]}}
-    save_checkpoint(args.out, model, meta)
-    print(f"saved {args.out}")
+    if rank == 0:
+        save_checkpoint(args.out, model, meta)
+    log(f"saved {args.out}")
+    distributed.close()
     return model, enc, losses
 
 
@@ -154,4 +173,8 @@ if __name__ == "__main__":
         tasks.check_level(args.level), tasks.check_level(args.eval_level)
     except ValueError as e:
         get_parser().error(str(e))
-    main(args)
+    try:
+        main(args)
+    except ValueError as e:
+        where = f" (rank {distributed.rank()} of {distributed.world()})" if distributed.world() > 1 else ""
+        raise SystemExit(f"sft.py{where}: error: {e}")

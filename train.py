@@ -4,6 +4,7 @@
     python train.py --clip 0.2 --kl 0.0 --mu 2 --run-name clip
     python train.py --resume runs/clip           # continue after an interruption
     python plot.py runs/clip                     # the chapter's panels
+    torchrun --nproc-per-node 2 train.py         # 2 processes (ranks), one CPU core or GPU each
 
 Each step: sample G answers for each of --prompts-per-step problems, score them, and
 update the policy (grpo.grpo_step). Every --eval-every steps (and at step 0) the policy
@@ -18,6 +19,12 @@ step; on resume, metrics lines after the checkpoint's step are dropped, so after
 `kill -9` at any moment the file has no duplicate and no missing step. The problems and
 the sampling noise of step s are seeded by (seed, s), so a resumed run draws the same
 problems and samples as an uninterrupted one.
+
+Many processes (torchrun, distributed.py): each of N ranks samples prompts_per_step / N
+whole groups, seeded by (seed, s, rank), so a run repeats exactly for a given N; the model
+is wrapped in DDP for the training forward, which averages the gradients, and grpo.py
+makes every normaliser and statistic global. Only rank 0 writes the run folder;
+evaluation is split over the ranks. Rank 0 of one process is today's single run.
 """
 import argparse
 import contextlib
@@ -30,6 +37,7 @@ from dataclasses import asdict, fields
 
 import torch
 
+import distributed
 import grpo
 import sft
 import tasks
@@ -104,9 +112,13 @@ def check_args(args):
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.steps is not None and args.steps < 0:
         raise ValueError("--steps must be >= 0")
-    if args.minibatches > args.prompts_per_step:
-        raise ValueError(f"--minibatches {args.minibatches} > --prompts-per-step {args.prompts_per_step}: "
-                         "a minibatch holds whole groups")
+    n = distributed.world()
+    if args.prompts_per_step % n:
+        raise ValueError(f"--prompts-per-step {args.prompts_per_step} does not split over {n} processes: "
+                         "each rank samples whole groups")
+    if args.minibatches > args.prompts_per_step // n:
+        raise ValueError(f"--minibatches {args.minibatches} > --prompts-per-step {args.prompts_per_step} / "
+                         f"{n} processes: a minibatch holds whole groups")
     if args.group_size < 2:
         raise ValueError("--group-size must be >= 2: a group of one has no relative advantage")
     if not (args.temperature > 0 and 0 < args.top_p <= 1 and args.lr > 0):
@@ -135,6 +147,8 @@ def autocast(device):
 def load_init(args):
     """The warm-start policy; built with sft.py defaults if the default path is missing."""
     if not os.path.exists(args.init) and args.init == sft.DEFAULT_CKPT:
+        if distributed.world() > 1:  # N ranks would each build it and write the same file
+            raise ValueError(f"no warm start at {args.init}: build it first with python sft.py")
         print(f"no warm start at {args.init}: building it once (python sft.py), then GRPO")
         sft.main(sft.get_parser().parse_args(["--out", args.init, "--threads", str(args.threads)]))
     model, ckpt = load_checkpoint(args.init)
@@ -160,14 +174,15 @@ def versions():
     return out
 
 
-def step_seed(seed, step):
-    """The seed of step `step`'s problems and sampling noise: a pure function of (seed,
-    step), so a resumed run draws exactly what the uninterrupted one would have."""
-    return seed * 1_000_003 + step
+def step_seed(seed, step, rank=0):
+    """The seed of step `step`'s problems and sampling noise on one rank: a pure function
+    of (seed, step, rank), so a resumed run draws exactly what the uninterrupted one would
+    have. Rank 0 (the only one in one process) keeps the seed runs have always had."""
+    return seed * 1_000_003 + step + rank * 1_000_000_007
 
 
-def problem_source(level, seed, step):
-    stream = tasks.problems(level, step_seed(seed, step))
+def problem_source(level, seed, step, rank=0):
+    stream = tasks.problems(level, step_seed(seed, step, rank))
     return lambda: next(stream)
 
 
@@ -218,9 +233,11 @@ def log_samples(path, step, batch, G, n=4):
 
 def main(args):
     t_start = time.time()
+    device = distributed.init(resolve_device(args.device))  # under torchrun: join the other ranks
+    rank, n_ranks = distributed.rank(), distributed.world()
+    log = print if rank == 0 else (lambda *a, **k: None)  # one copy of every line, not N
     check_args(args)
     torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
     if args.resume:
         args, run_dir, start_step, state = resume_state(args)
     else:
@@ -240,16 +257,19 @@ def main(args):
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
+    # DDP for the training forward only (its backward averages the gradients over the ranks);
+    # sampling and evaluation use `model` itself. DDP also copies rank 0's weights to all.
+    trained = distributed.wrap(model)
     os.makedirs(run_dir, exist_ok=True)
     metrics_path, samples_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "samples.jsonl")
     config = {**vars(args), "grpo": asdict(cfg), "device": device,
               "dtype": "bfloat16 autocast" if device == "cuda" else "float32", "versions": versions(),
-              "run_dir": run_dir}
-    if state is None:
+              "run_dir": run_dir, "processes": n_ranks}
+    if state is None and rank == 0:
         with open(os.path.join(run_dir, "config.json"), "w") as f:
             json.dump(config, f, indent=2)
-    print(json.dumps(config, indent=2))
-    print(f"device {device}, dtype {config['dtype']}, run folder {run_dir}")
+    log(json.dumps(config, indent=2))
+    log(f"device {device}, dtype {config['dtype']}, run folder {run_dir}, {n_ranks} process(es)")
     evalset = tasks.eval_set(args.level, args.eval_size)
     extra = {"tokenizer": init_ckpt["tokenizer"], "task": init_ckpt["task"]}
 
@@ -257,39 +277,46 @@ def main(args):
         with autocast(device):
             ev = evaluate(model, enc, evalset, args.max_new_tokens)
         record.update(eval_acc=ev["accuracy"], eval_format=ev["format"])
-        print(f"eval step {step}: accuracy {ev['accuracy']:.1%} | think format {ev['format']:.1%} "
+        log(f"eval step {step}: accuracy {ev['accuracy']:.1%} | think format {ev['format']:.1%} "
               f"| {time.time() - t_start:.0f}s since start", flush=True)
-        save_checkpoint(os.path.join(run_dir, f"ckpt_step{step}.pt"), model, extra)
+        if rank == 0:
+            save_checkpoint(os.path.join(run_dir, f"ckpt_step{step}.pt"), model, extra)
 
     if start_step == 0:
         record = {"step": 0, "time": 0.0}
         evaluate_and_save(0, record)
-        append_jsonl(metrics_path, record)
+        if rank == 0:
+            append_jsonl(metrics_path, record)
     gen = torch.Generator(device=device)
     t0, step_times = time.time(), []
     for step in range(start_step + 1, args.steps + 1):
         ts = time.time()
-        gen.manual_seed(step_seed(args.seed, step))
+        gen.manual_seed(step_seed(args.seed, step, rank))
         try:
             with autocast(device):
-                batch, stats = grpo.grpo_step(model, ref_model, opt, enc, problem_source(args.level, args.seed, step),
-                                              args.prompts_per_step, cfg, gen)
+                batch, stats = grpo.grpo_step(trained, ref_model, opt, enc,
+                                              problem_source(args.level, args.seed, step, rank),
+                                              args.prompts_per_step // n_ranks, cfg, gen)
         except FloatingPointError as e:
             raise SystemExit(f"step {step}: {e}; stopping. The weights were not updated; last good checkpoint: "
                              f"{os.path.join(run_dir, 'ckpt_latest.pt')}")
         step_times.append(time.time() - ts)
         stats.update(step=step, time=time.time() - t0, lr=args.lr,
                      tokens_per_s=stats["n_tokens"] / step_times[-1])
-        print(format_line(step, args.steps, stats, sum(step_times) / len(step_times)), flush=True)
+        log(format_line(step, args.steps, stats, sum(step_times) / len(step_times)), flush=True)
         if step % args.eval_every == 0 or step == args.steps:
-            evaluate_and_save(step, stats)
+            evaluate_and_save(step, stats)  # every rank: each answers its share of the eval set
+        if rank != 0:  # the statistics are global: rank 0 writes them, with its own samples
+            continue
         if step % args.samples_every == 0 or step == 1:
             log_samples(samples_path, step, batch, cfg.group_size)
         append_jsonl(metrics_path, stats)
         if step % args.save_every == 0 or step == args.steps:
             save_checkpoint(os.path.join(run_dir, "ckpt_latest.pt"), model,
-                            {**extra, "optimizer": opt.state_dict(), "step": step, "args": vars(args)})
-    print(f"done: {args.steps} steps, {time.time() - t_start:.0f}s total. Plot: python plot.py {run_dir}")
+                            {**extra, "optimizer": opt.state_dict(), "step": step, "args": vars(args),
+                             "processes": n_ranks})
+    log(f"done: {args.steps} steps, {time.time() - t_start:.0f}s total. Plot: python plot.py {run_dir}")
+    distributed.close()
     return run_dir
 
 
@@ -309,9 +336,13 @@ def resume_state(args):
     saved.resume, saved.threads, saved.device = args.resume, args.threads, args.device
     if args.steps is not None:  # allow extending a finished run
         saved.steps = args.steps
-    for name in ("metrics.jsonl", "samples.jsonl"):
-        truncate_metrics(os.path.join(run_dir, name), state["step"])
-    print(f"resuming {run_dir} from step {state['step']}")
+    if distributed.rank() == 0:  # the one writer of the run folder
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            truncate_metrics(os.path.join(run_dir, name), state["step"])
+        print(f"resuming {run_dir} from step {state['step']}")
+        if state.get("processes", 1) != distributed.world():  # allowed (e.g. more GPUs), but say so
+            print(f"note: the run had {state.get('processes', 1)} process(es), now {distributed.world()}: the "
+                  "steps from here draw other problems and samples than the uninterrupted run would have")
     return saved, run_dir, state["step"], state
 
 
@@ -323,4 +354,6 @@ if __name__ == "__main__":
     try:
         main(args)
     except (ValueError, CheckpointError) as e:
-        parser.exit(2, f"train.py: error: {e}\n")
+        # under torchrun: this rank's message, then a non-zero exit, on which torchrun stops the other ranks
+        where = f" (rank {distributed.rank()} of {distributed.world()})" if distributed.world() > 1 else ""
+        parser.exit(2, f"train.py{where}: error: {e}\n")

@@ -16,6 +16,12 @@ def test_every_experiment_parses_as_train_flags(name):
     assert args.seed == 3 and args.runs_dir == "runs/exp/" + name and args.run_name == "seed3"
 
 
+def test_nproc_runs_train_under_torchrun():
+    cmd = experiments.command("clip", 0, "runs/exp", nproc=2)
+    assert cmd[1:7] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "train.py"]
+    assert cmd[7:] == experiments.command("clip", 0, "runs/exp")[2:]  # the same train.py flags
+
+
 def test_comparisons_and_lessons_name_existing_experiments():
     for names, _ in experiments.COMPARISONS.values():
         assert set(names) <= set(experiments.EXPERIMENTS)
