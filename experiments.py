@@ -158,7 +158,7 @@ def run_summary(rows):
     evals = [r["eval_acc"] for r in rows if "eval_acc" in r]
     head, tail = steps[:10], steps[-10:]
     out = {"start": evals[0], "final": evals[-1], "peak": max(evals)} if evals else {}
-    for key in ("reward", "entropy", "resp_len", "clip_frac", "kl", "reward_format"):
+    for key in ("reward", "entropy", "resp_len", "clip_frac", "kl", "reward_format", "sampler_gap"):
         out[key] = mean(r.get(key) for r in tail)
     out["reward_format_start"] = mean(r.get("reward_format") for r in head)
     out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
@@ -179,7 +179,7 @@ def mean_std(xs, fmt):
 COLUMNS = [("start", "eval start", "{:.1%}"), ("final", "final", "{:.1%}"), ("peak", "peak", "{:.1%}"),
            ("reward", "reward (last 10)", "{:.3f}"), ("entropy", "entropy", "{:.3f}"),
            ("resp_len", "resp. length", "{:.1f}"), ("clip_frac", "clip frac", "{:.4f}"),
-           ("kl", "KL", "{:.4f}"), ("minutes", "minutes", "{:.1f}")]
+           ("kl", "KL", "{:.4f}"), ("sampler_gap", "sampler gap", "{:.4f}"), ("minutes", "minutes", "{:.1f}")]
 
 
 def table(runs_dir):
