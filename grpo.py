@@ -99,6 +99,7 @@ class GRPOConfig:
     loss_agg: str = knob("objective", "seq_mean", "GRPO, DAPO, or Dr. GRPO aggregation", ["seq_mean", "token_mean", "constant"])
     mask_truncated: bool = knob("objective", False, "truncated completions contribute no loss")
     entropy_coef: float = knob("objective", 0.0, "alpha: subtract alpha * entropy from the loss (an entropy bonus)")
+    fused_head: bool = knob("objective", True, "log-probs straight from hidden states (never the logits)")
     # off-policy corrections
     tis_cap: float = knob("off-policy corrections", 0.0, "C: truncated importance sampling, weight each token by "
                           "min(pi_old / pi_sampler, C) (0: off)")
@@ -107,7 +108,6 @@ class GRPOConfig:
     off_policy_mask: float = knob("off-policy corrections", float("inf"), "delta: drop negative-advantage sequences "
                                   "whose KL to the sampler exceeds it (DeepSeek-V3.2; inf: off)")
     kl_reweight: bool = knob("off-policy corrections", False, "weight the KL estimate by pi / pi_old (DeepSeek-V3.2)")
-    fused_head: bool = knob("objective", True, "log-probs straight from hidden states (never the logits)")
     # optimisation
     lr: float = knob("optimisation", 1e-4, "Adam learning rate")
     max_grad_norm: float = knob("optimisation", 1.0, "gradient clipping")
