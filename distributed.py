@@ -24,6 +24,11 @@ from torch.nn.parallel import DistributedDataParallel
 TIMEOUT = datetime.timedelta(minutes=10)
 
 
+def rank_seed(seed, rank):
+    """A seed of its own for each rank; rank 0 (the only one in one process) keeps `seed`."""
+    return seed + rank * 1_000_000_007
+
+
 def init(device):
     """Join torchrun's process group if launched by it. Returns the device of this rank:
     on CUDA each rank owns the GPU of its LOCAL_RANK."""

@@ -544,12 +544,12 @@ def step_stats(batch, adv, per_update, zero_frac, old_logp, loss_mask):
     # uncapped weight pi_old / pi_sampler over completion tokens.
     m = loss_mask.bool()
     gap = old_logp - batch.sampler_logp  # (B, T)
-    w = torch.exp(gap[m].clamp(max=20.0)) if m.any() else gap.new_ones(1)
-    w_min, w_max = masked_extrema(gap.clamp(max=20.0).exp(), m)
+    w = gap.clamp(max=20.0).exp()  # (B, T) the TIS weight before its cap
+    w_min, w_max = masked_extrema(w, m)
     out.update(reward_std=distributed.all_std(batch.rewards["total"]).item(), adv_mean=distributed.all_mean(adv).item(),
                adv_std=distributed.all_std(adv).item(), zero_std_frac=zero_frac,
                resp_len=distributed.all_mean(lengths).item(), resp_len_max=distributed.all_max(lengths.max()).item(),
                truncated_frac=distributed.all_mean(batch.truncated.float()).item(),
                n_tokens=int(distributed.all_sum(batch.mask.sum())), sampler_gap=masked_mean(gap.abs(), m).item(),
-               tis_weight_min=w_min.item(), tis_weight_mean=distributed.all_mean(w).item(), tis_weight_max=w_max.item())
+               tis_weight_min=w_min.item(), tis_weight_mean=distributed.all_mean(w[m] if m.any() else w.new_ones(1)).item(), tis_weight_max=w_max.item())
     return out

@@ -7,7 +7,7 @@ samples; the target shift (`tokens[:, 1:]`, the completion mask) is done here, o
 The rest is row plumbing for grpo.py: keeping whole groups (dynamic sampling),
 stacking rounds of different lengths, splitting a batch into minibatches of groups.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -54,27 +54,44 @@ def rollout(model, enc, problems, cfg, generator):
 
 
 def take_rows(batch, rows):
-    """The Rollouts of some rows (rows: (b,) indices), e.g. whole groups or a minibatch."""
+    """The Rollouts of some rows (rows: (b,) indices), e.g. whole groups or a minibatch.
+    Goes over every field of Rollouts, so a new field needs no change here."""
     pick = rows.tolist()
-    return Rollouts(batch.tokens[rows], batch.mask[rows], batch.loss_mask[rows], batch.sampler_logp[rows],
-                    None if batch.support is None else batch.support[rows], batch.truncated[rows], {k: v[rows] for k, v in batch.rewards.items()},
-                    [batch.texts[i] for i in pick], [batch.problems[i] for i in pick], batch.prompt_len)
+
+    def take(v):
+        if torch.is_tensor(v):
+            return v[rows]
+        if isinstance(v, dict):
+            return {k: take(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [v[i] for i in pick]
+        return v  # prompt_len, or a field that was not kept (None)
+    return Rollouts(**{f.name: take(getattr(batch, f.name)) for f in fields(Rollouts)})
 
 
 def concat_rollouts(parts):
-    """Stack Rollouts of different shapes: re-pad prompts on the left, completions on the right."""
+    """Stack Rollouts of different shapes: re-pad prompts on the left, completions on the
+    right (every (B, L...) tensor field); (B,) tensors, reward dicts and lists just join."""
     if len(parts) == 1:
         return parts[0]
     P = max(p.prompt_len for p in parts)
     N = max(p.tokens.shape[1] - p.prompt_len for p in parts)
 
-    def cat(name):  # zero (False) padding: masked out everywhere
-        return torch.cat([_pad(getattr(p, name), P - p.prompt_len, N + p.prompt_len - p.tokens.shape[1])
-                          for p in parts])
-    return Rollouts(cat("tokens"), cat("mask"), cat("loss_mask"), cat("sampler_logp"),
-                    None if parts[0].support is None else cat("support"), torch.cat([p.truncated for p in parts]),
-                    {k: torch.cat([p.rewards[k] for p in parts]) for k in parts[0].rewards},
-                    sum((p.texts for p in parts), []), sum((p.problems for p in parts), []), P)
+    def cat(values):
+        first = values[0]
+        if torch.is_tensor(first) and first.dim() >= 2:  # zero (False) padding: masked out everywhere
+            return torch.cat([_pad(v, P - p.prompt_len, N + p.prompt_len - p.tokens.shape[1])
+                              for v, p in zip(values, parts)])
+        if torch.is_tensor(first):
+            return torch.cat(values)
+        if isinstance(first, dict):
+            return {k: cat([v[k] for v in values]) for k in first}
+        if isinstance(first, list):
+            return sum(values, [])
+        return first  # a field that was not kept (None); prompt_len is set below
+    out = Rollouts(**{f.name: cat([getattr(p, f.name) for p in parts]) for f in fields(Rollouts)})
+    out.prompt_len = P
+    return out
 
 
 def _pad(x, left, right):

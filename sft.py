@@ -95,9 +95,9 @@ def main(args):
     model = GPT(cfg)
     trained = distributed.wrap(model)  # DDP: the backward averages the gradients over the ranks
     log(f"warm start: {count_params(model) / 1e6:.2f}M params, vocab {enc.n_vocab}, {args.steps} steps "
-          f"of {args.batch_size}, level {args.level}, direct answers {args.direct_frac:.0%}")
+        f"of {args.batch_size}, level {args.level}, direct answers {args.direct_frac:.0%}")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    data = sft_examples(enc, args.level, args.seed + rank * 1_000_000_007, args.direct_frac)  # rank 0: as ever
+    data = sft_examples(enc, args.level, distributed.rank_seed(args.seed, rank), args.direct_frac)  # rank 0: as ever
     t0, tokens_seen, losses = time.time(), 0, []
     for step in range(args.steps):
         x, y, mask, loss_mask = make_batch([next(data) for _ in range(args.batch_size // n_ranks)], enc.eot_token)
@@ -120,7 +120,7 @@ def main(args):
             el = time.time() - t0
             eta = el / (step + 1) * (args.steps - step - 1)
             log(f"sft step {step:4d}/{args.steps} | loss {loss.item():.4f} | {tokens_seen / el:,.0f} tok/s "
-                  f"| {el:.0f}s elapsed | ETA {eta:.0f}s", flush=True)
+                f"| {el:.0f}s elapsed | ETA {eta:.0f}s", flush=True)
     model.eval()
     evalset = tasks.eval_set(args.eval_level, args.eval_size)
     acc = evaluate(model, enc, evalset)

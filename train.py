@@ -178,7 +178,7 @@ def step_seed(seed, step, rank=0):
     """The seed of step `step`'s problems and sampling noise on one rank: a pure function
     of (seed, step, rank), so a resumed run draws exactly what the uninterrupted one would
     have. Rank 0 (the only one in one process) keeps the seed runs have always had."""
-    return seed * 1_000_003 + step + rank * 1_000_000_007
+    return distributed.rank_seed(seed * 1_000_003 + step, rank)
 
 
 def problem_source(level, seed, step, rank=0):
@@ -278,7 +278,7 @@ def main(args):
             ev = evaluate(model, enc, evalset, args.max_new_tokens)
         record.update(eval_acc=ev["accuracy"], eval_format=ev["format"])
         log(f"eval step {step}: accuracy {ev['accuracy']:.1%} | think format {ev['format']:.1%} "
-              f"| {time.time() - t_start:.0f}s since start", flush=True)
+            f"| {time.time() - t_start:.0f}s since start", flush=True)
         if rank == 0:
             save_checkpoint(os.path.join(run_dir, f"ckpt_step{step}.pt"), model, extra)
 

@@ -15,7 +15,6 @@ import pytest
 import torch
 
 import distributed
-import grpo
 import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
