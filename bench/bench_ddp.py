@@ -78,7 +78,9 @@ def plateau_time(evals, target):
 
 def table_runs(steps, configs, repeats):
     """Each config once per round, rounds back to back (interleaved, so a burst of load from
-    elsewhere hits every config alike); the row of the run with the median steps/s."""
+    elsewhere hits every config alike). Per config, the row of the run with the median
+    steps/s; the speed-up is the median over rounds of each round's own ratio to the first
+    config (a slow minute then slows both sides of a ratio), with its min..max over rounds."""
     runs = {c: [] for c in configs}
     with tempfile.TemporaryDirectory() as runs_dir:
         for i in range(repeats):
@@ -88,16 +90,19 @@ def table_runs(steps, configs, repeats):
                 runs[c].append((name, load, run_summary(rows)))
     out = [sorted(runs[c], key=lambda r: r[2]["steps_per_s"])[(repeats - 1) // 2] for c in configs]
     target = out[0][2]["best"] - 0.02
-    base = out[0][2]["steps_per_s"]
-    print(f"\ndefault recipe, {steps} steps of 16 prompts x 8 samples, median of {repeats} interleaved run(s); "
-          f"plateau: first eval >= {target:.1%} (best of the first row minus 2 points); load average (1 min) "
-          "before the run")
-    print(f"| processes x threads | steps/s | vs {out[0][0]} | run wall time (s) | time to plateau (s) | best / final eval acc "
+    print(f"\ndefault recipe, {steps} steps of 16 prompts x 8 samples, {repeats} interleaved round(s); steps/s: median "
+          f"(min..max) over rounds; speed-up: median (min..max) of each round's ratio to {out[0][0]}; the other columns "
+          f"from the median run; plateau: first eval >= {target:.1%} (best of the first row minus 2 points); load "
+          "average (1 min) before the run")
+    print(f"| processes x threads | steps/s | speed-up | run wall time (s) | time to plateau (s) | best / final eval acc "
           "| load avg |")
     print("|---|---|---|---|---|---|---|")
-    for name, load, s in out:
+    for c, (name, load, s) in zip(configs, out):
+        rates = [r[2]["steps_per_s"] for r in runs[c]]
+        ratios = sorted(a[2]["steps_per_s"] / b[2]["steps_per_s"] for a, b in zip(runs[c], runs[configs[0]]))
         t = plateau_time(s["evals"], target)
-        print(f"| {name} | {s['steps_per_s']:.2f} | {s['steps_per_s'] / base:.2f}x | {s['wall_s']:.0f} | "
+        print(f"| {name} | {s['steps_per_s']:.2f} ({min(rates):.2f}..{max(rates):.2f}) | "
+              f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}..{ratios[-1]:.2f}) | {s['wall_s']:.0f} | "
               f"{'not reached' if t is None else f'{t:.0f}'} | {s['best']:.1%} / {s['final']:.1%} | {load:.2f} |")
 
 

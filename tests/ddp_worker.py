@@ -55,7 +55,7 @@ def whole_batch(enc, model, cfg):
 
 def one_step(model, batch, cfg):
     """grpo_step on a given batch (its sampling replaced): (stats, updated weights)."""
-    grpo.sample_batch = lambda *a, **k: (batch, 0.0)
+    grpo.sample_batch = lambda *a, **k: (batch, torch.zeros(N_GROUPS // distributed.world(), dtype=torch.bool))
     ref = copy.deepcopy(distributed.unwrap(model)) if cfg.kl > 0 else None
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     _, stats = grpo.grpo_step(model, ref, opt, None, None, None, cfg, None)

@@ -99,7 +99,9 @@ def test_aggregation_modes_match_hand_formulas():
 def loss_and_stats(logp, old, ref, adv, mask, cfg, entropy=None, weight=None):
     """grpo_loss and the ratio statistics that grpo_step logs with it."""
     loss, terms, ratio = grpo_loss(logp, old, ref, adv, mask, cfg, entropy, weight)
-    return loss, {**terms, **grpo.ratio_stats(ratio, adv, logp, old, mask, *grpo.clip_range(cfg))}
+    stats = grpo.StepStats()
+    grpo.ratio_stats(stats, ratio, adv, logp, old, mask, *grpo.clip_range(cfg))
+    return loss, {**terms, **{k: torch.tensor(v) for k, v in stats.result().items()}}
 
 
 def loss_inputs(seed=0, B=6, T=10):
@@ -167,11 +169,11 @@ def test_dynamic_sampling_keeps_only_groups_with_variance(enc, tiny_model, digit
     model = tiny_model()
     stream = tasks.problems("easy", 0)
     cfg = GRPOConfig(group_size=4, max_new_tokens=3, dynamic_sampling=True, max_sampling_rounds=4, temperature=3.0)
-    batch, zero_frac = grpo.sample_batch(model, enc, lambda: next(stream), 8, cfg, torch.Generator().manual_seed(0))
+    batch, zero = grpo.sample_batch(model, enc, lambda: next(stream), 8, cfg, torch.Generator().manual_seed(0))
     B = len(batch.rewards["total"])
     assert B % 4 == 0 and B <= 32
     assert not zero_variance_groups(batch.rewards["total"], 4).any()
-    assert 0 < zero_frac < 1
+    assert zero.any() and len(zero) > 8 and len(zero) % 8 == 0  # another round was sampled for the dropped groups
     assert batch.tokens.shape[0] == batch.loss_mask.shape[0] == len(batch.texts) == len(batch.problems) == B
 
 

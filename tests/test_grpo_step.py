@@ -175,11 +175,44 @@ def test_logged_statistics_ignore_padding_columns():
     adv, mask = torch.randn(4, generator=g), torch.rand(4, 6, generator=g) > 0.3
     cfg = GRPOConfig(clip=0.1)
     _, _, ratio = grpo.grpo_loss(logp, old, None, adv, mask, cfg)
-    a = grpo.ratio_stats(ratio, adv, logp, old, mask, *grpo.clip_range(cfg))
+    a = grpo.StepStats()
+    grpo.ratio_stats(a, ratio, adv, logp, old, mask, *grpo.clip_range(cfg))
+    a = a.result()
     pad = lambda x, v: torch.cat([x, torch.full((4, 3), v, dtype=x.dtype)], 1)  # noqa: E731  3 padding columns
     logp2, old2, mask2 = pad(logp, 5.0), pad(old, -5.0), pad(mask, False)
     _, _, ratio2 = grpo.grpo_loss(logp2, old2, None, adv, mask2, cfg)
-    b = grpo.ratio_stats(ratio2, adv, logp2, old2, mask2, *grpo.clip_range(cfg))
+    b = grpo.StepStats()
+    grpo.ratio_stats(b, ratio2, adv, logp2, old2, mask2, *grpo.clip_range(cfg))
+    b = b.result()
     assert a["clip_frac"] > 0
     for k in a:
-        assert b[k].item() == pytest.approx(a[k].item(), rel=1e-6), k
+        assert b[k] == pytest.approx(a[k], rel=1e-6), k
+
+
+def test_step_stats_match_the_direct_formulas():
+    """StepStats defers every reduction to one call; in one process its numbers are the
+    plain torch ones: masked mean, x.std(), masked min / max with their defaults, counts,
+    and with several updates the mean of the updates' means."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(5, 7, generator=g), torch.randn(5, 7, generator=g)
+    m, n = torch.rand(5, 7, generator=g) > 0.5, torch.rand(5, 7, generator=g) > 0.2
+    s = grpo.StepStats()
+    s.next_update()
+    s.mean("a", x, m)
+    s.max("top", x, m)
+    s.min("low", x, m, default=1.0)
+    s.next_update()
+    s.mean("a", y, n)
+    s.max("top", y, n)
+    s.min("low", y, torch.zeros_like(n), default=1.0)  # nothing to take the min of in this update
+    s.std("sd", x[0])
+    s.count("n", m)
+    s.mean("empty", x, torch.zeros_like(m), default=7.0)
+    s.max("none", x, torch.zeros_like(m), default=1.0)
+    out = s.result()
+    assert out["a"] == pytest.approx((x[m].mean().item() + y[n].mean().item()) / 2, rel=1e-6)
+    assert out["top"] == pytest.approx(max(x[m].max().item(), y[n].max().item()))
+    assert out["low"] == pytest.approx(x[m].min().item())
+    assert out["sd"] == pytest.approx(x[0].std().item(), rel=1e-6)
+    assert out["n"] == int(m.sum()) and isinstance(out["n"], int)
+    assert out["empty"] == 7.0 and out["none"] == 1.0
