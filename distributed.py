@@ -18,6 +18,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+# How a CPU (gloo) rank waits for a collective: "poll" (see _reduce) or "sleep", gloo's
+# and DDP's own wait. Only bench/bench_ddp.py sets it, to measure the difference.
+GLOO_WAIT = os.environ.get("GLOO_WAIT", "poll")
+
 # A rank that waits longer than this in a collective raises instead of hanging forever
 # (e.g. when another rank died outside torchrun's watch). Generous: a rollout round or an
 # evaluation on a busy 2-core machine can take a minute.
@@ -75,7 +79,7 @@ def wrap(model):
         return model
     device_ids = [model.wte.weight.device.index] if model.wte.weight.is_cuda else None
     ddp = DistributedDataParallel(model, device_ids=device_ids)
-    if dist.get_backend() != "nccl":
+    if dist.get_backend() != "nccl" and GLOO_WAIT == "poll":
         ddp.register_comm_hook(None, _average_polling)
     return ddp
 
@@ -102,7 +106,7 @@ def _reduce(x, op):
     if not active():
         return x
     y = x.detach().to("cuda" if dist.get_backend() == "nccl" else "cpu", copy=True)
-    if dist.get_backend() == "nccl":
+    if dist.get_backend() == "nccl" or GLOO_WAIT == "sleep":
         dist.all_reduce(y, op)
     else:
         work = dist.all_reduce(y, op, async_op=True)

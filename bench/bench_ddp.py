@@ -3,11 +3,13 @@
     python bench/bench_ddp.py                    # both tables: 3 default runs (~3-5 min on 2 cores), then FLOPs
     python bench/bench_ddp.py --steps 30         # shorter runs (no plateau then)
     python bench/bench_ddp.py --skip-runs        # only the FLOP table
-    python bench/bench_ddp.py --configs 1x1,2x1 --repeats 3 --steps 40   # interleaved, median (a busy machine)
+    python bench/bench_ddp.py --repeats 5 --configs 1x1,2x1,2x1sleep,1x2   # the README's table (~25 min)
 
 Table 1 runs the default recipe (`python train.py`, 16 prompts x 8 samples per step, the
-same global batch in every row) three ways, back to back: 1 process x 1 thread, 1 process
-x 2 threads (`--threads 2`), 2 processes x 1 thread (`torchrun --nproc-per-node 2`). From
+same global batch in every row) several ways, back to back: 1 process x 1 thread, 1 process
+x 2 threads (`--threads 2`), 2 processes x 1 thread (`torchrun --nproc-per-node 2`), and
+the same with GLOO_WAIT=sleep (ranks sleep in collectives instead of polling, as gloo and
+DDP do by default; see distributed._reduce). From
 each run's metrics.jsonl: training steps per second (evaluations excluded: a step's time
 is its n_tokens / tokens_per_s), the wall time of the run, and the time to the plateau:
 the first evaluation within 2 points of the best accuracy the 1 x 1 run reached
@@ -47,19 +49,20 @@ import grpo  # noqa: E402
 import tasks  # noqa: E402
 import train  # noqa: E402
 
-CONFIGS = {"1x1": ("1 x 1 thread", 1, 1), "1x2": ("1 x 2 threads", 1, 2), "2x1": ("2 x 1 thread", 2, 1)}
+CONFIGS = {"1x1": ("1 x 1 thread", 1, 1), "1x2": ("1 x 2 threads", 1, 2), "2x1": ("2 x 1 thread", 2, 1),
+           "2x1sleep": ("2 x 1 thread, ranks sleep in collectives", 2, 1)}  # distributed.GLOO_WAIT
 
 
 # ---------------------------------------------------------------- table 1: processes and threads
 
-def run_train(runs_dir, name, nproc, threads, steps):
+def run_train(runs_dir, name, nproc, threads, steps, env=None):
     """One default run; returns its metrics rows and the load average before it started."""
     load = os.getloadavg()[0]
     launch = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)] if nproc > 1 else []
     cmd = [sys.executable, *launch, "train.py", "--steps", str(steps), "--threads", str(threads),
            "--runs-dir", runs_dir, "--run-name", name]
     print("$ " + " ".join(cmd[1:]), flush=True)
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})})
     with open(os.path.join(runs_dir, name, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f], load
 
@@ -86,7 +89,8 @@ def table_runs(steps, configs, repeats):
         for i in range(repeats):
             for c in configs:
                 name, nproc, threads = CONFIGS[c]
-                rows, load = run_train(runs_dir, f"{c}_{i}", nproc, threads, steps)
+                env = {"GLOO_WAIT": "sleep"} if c.endswith("sleep") else {}
+                rows, load = run_train(runs_dir, f"{c}_{i}", nproc, threads, steps, env)
                 runs[c].append((name, load, run_summary(rows)))
     out = [sorted(runs[c], key=lambda r: r[2]["steps_per_s"])[(repeats - 1) // 2] for c in configs]
     target = out[0][2]["best"] - 0.02
@@ -192,7 +196,10 @@ if __name__ == "__main__":
     ap.add_argument("--repeats", type=int, default=1, help="rounds of runs (median reported)")
     args = ap.parse_args()
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()}")
+    configs = args.configs.split(",")
+    if not set(configs) <= set(CONFIGS):
+        ap.error(f"unknown config(s) {sorted(set(configs) - set(CONFIGS))}; choose from {', '.join(CONFIGS)}")
     if not args.skip_runs:
-        table_runs(args.steps, args.configs.split(","), args.repeats)
+        table_runs(args.steps, configs, args.repeats)
     table_flops(args.flop_steps)
     print(f"load average at the end {os.getloadavg()}")
