@@ -9,7 +9,8 @@ Table 1 runs the default recipe (`python train.py`, 16 prompts x 8 samples per s
 same global batch in every row) several ways, back to back: 1 process x 1 thread, 1 process
 x 2 threads (`--threads 2`), 2 processes x 1 thread (`torchrun --nproc-per-node 2`), and
 the same with GLOO_WAIT=sleep (ranks sleep in collectives instead of polling, as gloo and
-DDP do by default; see distributed._reduce). From
+DDP do by default; see distributed._reduce), and `half`: one process on half the batch
+(8 prompts), each rank's share with nobody to wait for, the ceiling of 2 ranks. From
 each run's metrics.jsonl: training steps per second (evaluations excluded: a step's time
 is its n_tokens / tokens_per_s), the wall time of the run, and the time to the plateau:
 the first evaluation within 2 points of the best accuracy the 1 x 1 run reached
@@ -49,20 +50,24 @@ import grpo  # noqa: E402
 import tasks  # noqa: E402
 import train  # noqa: E402
 
-CONFIGS = {"1x1": ("1 x 1 thread", 1, 1), "1x2": ("1 x 2 threads", 1, 2), "2x1": ("2 x 1 thread", 2, 1),
-           "2x1sleep": ("2 x 1 thread, ranks sleep in collectives", 2, 1)}  # distributed.GLOO_WAIT
+# name -> (row label, processes, threads per process, environment, extra train.py flags)
+CONFIGS = {"1x1": ("1 x 1 thread", 1, 1, {}, []),
+           "1x2": ("1 x 2 threads", 1, 2, {}, []),
+           "2x1": ("2 x 1 thread", 2, 1, {}, []),
+           "2x1sleep": ("2 x 1 thread, ranks sleep in collectives", 2, 1, {"GLOO_WAIT": "sleep"}, []),
+           # not the same global batch: each rank's share, in one process with no other rank to
+           # wait for; 2 ranks can at best match its steps/s
+           "half": ("1 x 1 thread, half the batch (8 prompts)", 1, 1, {}, ["--prompts-per-step", "8"])}
 
 
-# ---------------------------------------------------------------- table 1: processes and threads
-
-def run_train(runs_dir, name, nproc, threads, steps, env=None):
+def run_train(runs_dir, name, nproc, threads, steps, env, extra):
     """One default run; returns its metrics rows and the load average before it started."""
     load = os.getloadavg()[0]
     launch = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)] if nproc > 1 else []
     cmd = [sys.executable, *launch, "train.py", "--steps", str(steps), "--threads", str(threads),
-           "--runs-dir", runs_dir, "--run-name", name]
+           "--runs-dir", runs_dir, "--run-name", name, *extra]
     print("$ " + " ".join(cmd[1:]), flush=True)
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})})
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": str(threads), **env})
     with open(os.path.join(runs_dir, name, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f], load
 
@@ -88,9 +93,8 @@ def table_runs(steps, configs, repeats):
     with tempfile.TemporaryDirectory() as runs_dir:
         for i in range(repeats):
             for c in configs:
-                name, nproc, threads = CONFIGS[c]
-                env = {"GLOO_WAIT": "sleep"} if c.endswith("sleep") else {}
-                rows, load = run_train(runs_dir, f"{c}_{i}", nproc, threads, steps, env)
+                name, nproc, threads, env, extra = CONFIGS[c]
+                rows, load = run_train(runs_dir, f"{c}_{i}", nproc, threads, steps, env, extra)
                 runs[c].append((name, load, run_summary(rows)))
     out = [sorted(runs[c], key=lambda r: r[2]["steps_per_s"])[(repeats - 1) // 2] for c in configs]
     target = out[0][2]["best"] - 0.02

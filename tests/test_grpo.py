@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+import distributed
 import grpo
 import tasks
 from grpo import (GRPOConfig, aggregate, clipped_objective, group_advantages, grpo_loss, kl_penalty,
@@ -99,7 +100,7 @@ def test_aggregation_modes_match_hand_formulas():
 def loss_and_stats(logp, old, ref, adv, mask, cfg, entropy=None, weight=None):
     """grpo_loss and the ratio statistics that grpo_step logs with it."""
     loss, terms, ratio = grpo_loss(logp, old, ref, adv, mask, cfg, entropy, weight)
-    stats = grpo.StepStats()
+    stats = distributed.StepStats()
     grpo.ratio_stats(stats, ratio, adv, logp, old, mask, *grpo.clip_range(cfg))
     return loss, {**terms, **{k: torch.tensor(v) for k, v in stats.result().items()}}
 
