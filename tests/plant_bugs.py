@@ -14,7 +14,7 @@ import tempfile
 
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUGS = [
- ("step seed ignores step", "train.py", "return seed * 1_000_003 + step", "return seed * 1_000_003",
+ ("step seed ignores step", "train.py", "rank_seed(seed * 1_000_003 + step, rank)", "rank_seed(seed * 1_000_003, rank)",
   "tests/test_train.py::test_each_step_draws_its_own_problems tests/test_train.py::test_resume_continues_exactly"),
  ("pi_old refreshed every update", "grpo.py", "            if old_logp is None:\n                # K = 1", "            if True:\n                # K = 1",
   "tests/test_grpo_step.py -k 'later_updates or old_logprobs or ppo_kl'"),
@@ -51,8 +51,10 @@ for name, f, old, new, tests in BUGS:
     shutil.copytree(SRC, work, ignore=shutil.ignore_patterns("runs", ".git", "__pycache__", "figures", "checkpoints"))
     p = os.path.join(work, f)
     src = open(p).read()
-    if src.count(old) != 1:
-        results.append((name, "MUTATION NOT APPLIED (%d matches)" % src.count(old))); continue
+    if src.count(old) != 1:  # the code moved on: fix the entry, or the bug goes unguarded
+        results.append((name, "MUTATION NOT APPLIED (%d matches of its original text)" % src.count(old)))
+        print(f"{name}: {results[-1][1]}", flush=True)
+        continue
     open(p, "w").write(src.replace(old, new))
     r = subprocess.run(f"cd {work} && {sys.executable} -m pytest -q -x -p no:cacheprovider {tests}", shell=True,
                        capture_output=True, text=True)
