@@ -73,10 +73,10 @@ def world():
 def wrap(model):
     """The module to run the training forward through: DDP under torchrun, else the model.
     DDP copies rank 0's weights to every rank here, and from then on its backward
-    all-reduces (averages) the gradients bucket by bucket (25 MB each) as soon as a
-    bucket is ready, overlapping with the rest of the backward; our ~0.5M parameters
-    fill one bucket, reduced at the end. On gloo a comm hook does that averaging while
-    polling (see _reduce). The tied embedding / head weight is one parameter: its
+    all-reduces (averages) the gradients bucket by bucket as soon as a bucket is ready,
+    overlapping with the rest of the backward; our 1.8 MB of gradients make two buckets
+    (DDP caps the first at 1 MB). On gloo a comm hook does that averaging while polling
+    (see _reduce). The tied embedding / head weight is one parameter: its
     gradient from both uses is summed by autograd first, then reduced once."""
     if not active():
         return model
@@ -208,6 +208,7 @@ class StepStats:
             else:  # std from the sum, the sum of squares and the count
                 value = math.sqrt(max(p[1] - p[0] ** 2 / p[2], 0.0) / (p[2] - 1)) if p[2] > 1 else default
             per_update.setdefault(name, []).append(value)
+        # one update: its value as it is (a count stays an int); several: their mean
         out = {name: v[0] if len(v) == 1 else sum(v) / len(v) for name, v in per_update.items()}
         for (name, (sign, _, default)), v in zip(self.maxima.items(), maxima):
             out[name] = sign * v if math.isfinite(v) else default

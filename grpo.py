@@ -395,10 +395,10 @@ def clip_range(cfg):
 
 @torch.no_grad()
 def ratio_stats(stats, ratio, adv, logp, old_logp, mask, eps_low, eps_high):
-    """How far the policy has drifted from the one that sampled, recorded into `stats`
-    (a distributed.StepStats): the ratio's mean / min / max, the share of tokens where each side of
-    the clip is active (zero gradient; clip_frac is their sum), and the approximate KL to
-    the old policy (verl's ppo_kl: mean of old_logp - logp)."""
+    """How far the policy has drifted from the one that sampled, recorded into `stats` (a
+    distributed.StepStats): the ratio's mean / min / max, the share of tokens where each
+    side of the clip is active (zero gradient; clip_frac is their sum), and the
+    approximate KL to the old policy (verl's ppo_kl: mean of old_logp - logp)."""
     m = mask.bool()
     r = ratio.expand_as(logp)  # (B, T)
     A = adv[:, None]

@@ -67,7 +67,8 @@ def run_train(runs_dir, name, nproc, threads, steps, env, extra):
     cmd = [sys.executable, *launch, "train.py", "--steps", str(steps), "--threads", str(threads),
            "--runs-dir", runs_dir, "--run-name", name, *extra]
     print("$ " + " ".join(cmd[1:]), flush=True)
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": str(threads), **env})
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "OMP_NUM_THREADS": str(threads), **env})
     with open(os.path.join(runs_dir, name, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f], load
 
