@@ -4,14 +4,20 @@
     torchrun --nproc-per-node 2 train.py ...         # 2 ranks: gloo on CPU, NCCL on CUDA (one GPU per rank)
 
 torchrun starts N copies of the script and tells each its RANK and WORLD_SIZE in the
-environment; `init` joins them into a process group. The model is wrapped in PyTorch's
-DistributedDataParallel (`wrap`) for the training forward only: its backward all-reduces
-(averages) the gradients, so every rank takes the same optimizer step. Everything else a
-rank must agree on goes through the helpers below: sums and maxima of tensors (the
-normalisers of the loss), and `StepStats`, which gathers a step's statistics as local
-sums, counts and maxima and reduces them all in two all-reduces. Without a process group
-the helpers return their input, so one process computes exactly what it did before this
-file existed.
+environment; `init` joins them into a process group. Each rank samples its own share of
+the groups (a group never spans ranks, so group advantages stay local), and the
+objective is the one-process objective on the union of the ranks' batches:
+- the model is wrapped in PyTorch's DistributedDataParallel (`wrap`) for the training
+  forward only: its backward all-reduces (averages) the gradients, so every rank takes
+  the same optimizer step;
+- every normaliser that spans the batch is one helper named for what it computes:
+  `global_mean` (the loss's denominators), `global_std` (the batch std of the rewards);
+- every rank runs the same number of updates (`same_count`) and takes the same decision
+  on a non-finite loss (`everywhere_finite`), so that all join every collective;
+- `StepStats` gathers a step's statistics as local sums, counts and maxima and reduces
+  them all in two all-reduces.
+Without a process group every helper is the one-process formula (a sum over one rank
+is that rank's sum), so one process computes exactly what it would without this file.
 """
 import datetime
 import math
@@ -81,10 +87,21 @@ def wrap(model):
     if not active():
         return model
     device_ids = [model.wte.weight.device.index] if model.wte.weight.is_cuda else None
-    ddp = DistributedDataParallel(model, device_ids=device_ids)
+    ddp = _DDP(model, device_ids=device_ids)
     if dist.get_backend() != "nccl" and GLOO_WAIT == "poll":
         ddp.register_comm_hook(None, _average_polling)
     return ddp
+
+
+class _DDP(DistributedDataParallel):
+    """DDP that reads the attributes it does not have (cfg, lm_head_weight) from the module
+    inside, so grpo.token_logprobs reads the head weight the same way with or without it."""
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.module, name)
 
 
 def _average_polling(state, bucket):
@@ -128,7 +145,19 @@ def all_max(x):
     return _reduce(torch.as_tensor(x), dist.ReduceOp.MAX)
 
 
-def all_std(x):
+def global_mean(local_sum, local_count):
+    """The mean over every rank's items, from this rank's sum and count: in one process
+    local_sum / local_count (a count of 0 counts as 1, so an empty batch gives 0).
+
+    Under N ranks the count is all-reduced and the rank returns N * local_sum / global
+    count. DDP averages the ranks' gradients (their sum / N), so the update follows
+    mean_r grad(N * sum_r / count) = grad(sum over all ranks / count): the gradient of the
+    global mean, with a gradient through local_sum only. The value the ranks return
+    averages (over ranks) to the global mean."""
+    return local_sum / all_sum(local_count).clamp(min=1) * world()
+
+
+def global_std(x):
     """Sample std of the union of every rank's x (1-d): x.std() in one process. Two
     passes, as x.std() does internally: the global mean first, then squared deviations."""
     if not active():
@@ -138,9 +167,25 @@ def all_std(x):
     return (all_sum(((x - mean) ** 2).sum()) / (n_total[1] - 1)).sqrt()
 
 
+def same_count(parts):
+    """parts (a list of index tensors, e.g. minibatches), extended with empty ones to as
+    many as the rank that has the most. Every rank must join every update's all-reduces;
+    a rank left with fewer groups than minibatches (dynamic sampling out of rounds) runs
+    the missing updates on zero rows, which add nothing to the loss or its normalisers
+    and a zero gradient, while DDP still hands it the other ranks' average."""
+    return parts + [parts[0][:0]] * (int(all_max(len(parts))) - len(parts))
+
+
+def everywhere_finite(loss, grad_norm):
+    """True on every rank if the loss is finite on every rank and the gradient norm is
+    (it is the same on every rank: DDP averaged the gradients). Every rank takes the same
+    decision, so none waits in a collective for a rank that has stopped."""
+    return bool(torch.isfinite(all_sum(loss.detach())) and torch.isfinite(grad_norm))
+
+
 def unwrap(model):
     """The module itself, from a DDP wrapper or the module: for sampling, evaluation and the
-    attributes DDP does not forward (model.cfg, model.wte, model.lm_head_weight)."""
+    no-grad passes, which need no gradient all-reduce."""
     return model.module if isinstance(model, DistributedDataParallel) else model
 
 

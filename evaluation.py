@@ -28,8 +28,8 @@ def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256):
     for i in range(0, len(mine), batch_size):
         chunk = mine[i:i + batch_size]
         prompts = [encode_text(enc, p.prompt) for p in chunk]
-        tokens, mask, _ = generate(model, prompts, max_new_tokens, enc.eot_token, greedy=True)
-        for text, p in zip(decode_completions(enc, tokens, mask, max(map(len, prompts))), chunk):
+        out = generate(model, prompts, max_new_tokens, enc.eot_token, greedy=True)
+        for text, p in zip(decode_completions(enc, out.tokens, out.mask, max(map(len, prompts))), chunk):
             correct += rewards.correctness_reward(text, p.answer)
             fmt += rewards.format_reward(text)
     model.train(was_training)
@@ -44,8 +44,8 @@ def pass_at_k(model, enc, problems, k=8, temperature=1.0, seed=0, max_new_tokens
     was_training = model.training
     model.eval()
     prompts = [encode_text(enc, p.prompt) for p in problems for _ in range(k)]
-    tokens, mask, _ = generate(model, prompts, max_new_tokens, enc.eot_token, temperature, generator=gen)
+    out = generate(model, prompts, max_new_tokens, enc.eot_token, temperature, generator=gen)
     model.train(was_training)
-    texts = decode_completions(enc, tokens, mask, max(map(len, prompts)))
+    texts = decode_completions(enc, out.tokens, out.mask, max(map(len, prompts)))
     hits = [rewards.correctness_reward(t, p.answer) for t, p in zip(texts, (p for p in problems for _ in range(k)))]
     return sum(max(hits[i * k:(i + 1) * k]) for i in range(len(problems))) / len(problems)

@@ -1,61 +1,34 @@
-"""GRPO, one step at a time: rollouts, group advantages, clipped ratios, KL, aggregation.
+"""GRPO, one idea per function, read top to bottom; `grpo_step` at the end is the algorithm:
 
-Read top to bottom; `grpo_step` at the end strings the pieces together:
+    sample G answers per prompt (rollouts.py) -> rewards (rewards.py) -> group advantages
+    -> log-probs of pi_theta, pi_old, pi_ref (kernels/) -> clipped ratio (+ KL) -> update
 
-    problems -> rollout (rollouts.py: G samples each, scored by rewards.py) -> advantages
-             -> token_logprobs (kernels/) -> policy_ratio -> clipped_objective
-             (+ kl_penalty to the reference) -> aggregate -> backward -> update
+    python train.py --clip 0.2 --kl 0.0      # GRPOConfig's fields are the flags; --help lists them
 
-Every idea of the chapter lives in one function here and every variant is a flag on it:
-- advantages: (r - group mean) / (group std + eps); std over the group, the batch, or
-  not at all (Dr. GRPO, Liu et al. 2025);
-- dynamic sampling (DAPO, Yu et al. 2025): keep only groups whose rewards differ;
-- ratio at token level (GRPO), sequence level with a length-normalised log-ratio (GSPO,
-  Zheng et al. 2025), or the book's sequence level (summed log-probs);
-- clipping with eps_low / eps_high (DAPO's clip-higher), optional dual clip (Ye et al.
-  2020), or CISPO (MiniMax 2025: clip the weight, not the update);
-- KL to a frozen reference with Schulman's k1 / k2 / k3 estimators, per token or, as the
-  book does it, on summed sequence log-probs;
-- loss aggregation: per-sequence mean then batch mean (GRPO), token mean (DAPO), token sum
-  over a constant (Dr. GRPO); optional masking of truncated completions;
-- several updates per rollout: mu epochs of K minibatches, with pi_old fixed;
-- corrections for off-policy data: truncated importance sampling (Yao et al. 2025), and
-  DeepSeek-V3.2's kept sampling mask, off-policy sequence masking and re-weighted KL;
-- GDPO (Liu et al. 2026): normalise each reward term before summing; an entropy bonus.
-Under torchrun (many processes, distributed.py) each rank samples its share of the groups
-and the objective stays the one on the union of the ranks' batches: `aggregate` says how
-each loss normaliser is made global, `group_advantages` the batch std; the statistics
-are recorded as local sums, counts and maxima and reduced together once per step
-(`distributed.StepStats`).
-Recipes (RECIPES, `--recipe`) are named sets of these flags.
-
-Where this departs from the book's scripts, and why (files in rasbt/reasoning-from-scratch,
-ch07/03_rlvr_grpo_scripts_advanced/):
-- Rollouts and pi_old. `7_4_plus_clip_ratio.py` deep-copies the policy into a frozen
-  `old_model` at each step, and each of its `--inner_epochs` (2 by default) samples
-  fresh rollouts from that frozen copy and scores their old log-probs with it; the
-  policy, updated after the first epoch, then differs from it, so the ratio is not 1
-  on the second epoch. Clipping still rarely acts there: `clip_eps` defaults to 10.0
-  (clamp to [-9, 11]: a positive ratio is only ever clipped above 11), and its sequence-level ratio uses
-  `torch.where(adv >= 0, min, max)`, which clips the wrong side for negative
-  advantages (see `clipped_objective`). We sample once per step and reuse those
-  rollouts for mu epochs of K minibatch updates (`--mu`, `--minibatches`, as TRL's
-  steps_per_generation and verl's ppo_mini_batch_size do), so the later updates are
-  off-policy by construction; pi_old is the policy that sampled them.
-- Ratio: token level by default (GRPO, DeepSeekMath); the book's summed sequence ratio
-  is `--ratio-level sequence`.
-- The reference model: like `7_5_plus_kl.py`, which builds it only `if args.kl_coeff`,
-  we build one only when beta > 0. The book's KL term, `kl_coeff * mean(new_logps -
-  ref_logps)` on summed sequence log-probs, is `--kl-estimator k1 --kl-level sequence`.
-- Log-probs and entropy come from fused kernels (kernels/) that never materialise a
-  (N, V) log-softmax, by default not even the logits, and only for completion rows.
+Every variant of the chapter is a flag on the one function that holds its idea, and a
+recipe (RECIPES, `--recipe NAME`) is a named set of flags. Where this departs from the
+book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/):
+1. The learner scores log-probs at the sampler's temperature, so the sampler and the
+   learner describe one distribution. The book samples at T 0.8 with top-p 0.9 and
+   scores at T 1 over the full vocabulary: `--learner-temperature 1` (`token_logprobs`).
+2. Epochs reuse one rollout (`--mu`, `--minibatches`, as TRL and verl do); the book's
+   `--inner_epochs` sample again from a frozen copy: `--resample-epochs` (`grpo_step`).
+3. The ratio is per token (GRPO); the book's summed sequence ratio is `--ratio-level
+   sequence`, its `torch.where` objective `--objective book` (`book_objective`).
+4. The KL is Schulman's k3 per token; the book's k1 on summed log-probs is
+   `--kl-estimator k1 --kl-level sequence` (`kl_term`). A reference model exists only
+   when beta > 0, as in `7_5_plus_kl.py`.
+5. Log-probs come from kernels that never materialise an (N, V) log-softmax, only for
+   completion rows (`token_logprobs`).
+Many processes (torchrun): distributed.py says how each normaliser is made global.
 """
+import copy
 from dataclasses import dataclass, field
 
 import torch
 
-import distributed
 import rewards
+from distributed import StepStats, everywhere_finite, global_mean, global_std, same_count, unwrap
 from kernels import linear_logprobs_and_entropy, token_logprobs_and_entropy
 from rollouts import concat_rollouts, group_rows, minibatch_rows, rollout, take_rows
 
@@ -71,11 +44,15 @@ class GRPOConfig:
     # rollouts
     group_size: int = knob("rollouts", 8, "G: completions per prompt")
     max_new_tokens: int = knob("rollouts", 40, "completion length cap (L_max)")
-    temperature: float = knob("rollouts", 1.0, "sampling temperature (also used in log-probs)")
+    temperature: float = knob("rollouts", 1.0, "sampling temperature")
     top_p: float = knob("rollouts", 1.0, "nucleus sampling")
     top_k: int = knob("rollouts", 0, "top-k sampling (0: off)")
+    learner_temperature: float = knob("rollouts", None, "temperature of the learner's log-probs (pi_theta, pi_old, "
+                                      "pi_ref); default: --temperature (the book: 1)", type=float)
     # rewards
     format_weight: float = knob("rewards", 0.0, "w in reward = correct + w * format")
+    format_check: str = knob("rewards", "strict", "ours (one non-empty think block, then the answer), or the "
+                             "book's (<think> before </think>)", ["strict", "book"])
     gated: bool = knob("rewards", False, "format reward only for correct answers")
     overlong_cache: int = knob("rewards", 0, "DAPO soft overlong penalty over the last N tokens (0: off)")
     # advantages and sampling
@@ -86,12 +63,15 @@ class GRPOConfig:
     dynamic_sampling: bool = knob("advantages and sampling", False, "DAPO: drop groups with equal rewards, draw more")
     max_sampling_rounds: int = knob("advantages and sampling", 3, "rollout rounds per step with dynamic sampling")
     # objective
-    mu: int = knob("objective", 1, "epochs: passes over each batch of rollouts")
-    minibatches: int = knob("objective", 1, "K: optimizer steps per epoch, each on 1/K of the groups (K * mu per rollout)")
+    mu: int = knob("objective", 1, "epochs: updates over each step's rollouts (the ratio leaves 1 from the second)")
+    minibatches: int = knob("objective", 1, "K: optimizer steps per epoch, each on 1/K of the groups (K * mu per step)")
+    resample_epochs: bool = knob("objective", False, "each epoch after the first samples fresh answers to the same "
+                                 "prompts from a frozen copy of pi_old (the book's --inner_epochs)")
     clip: float = knob("objective", 0.2, "eps_low of the clipped ratio ('inf': no clipping)")
     clip_high: float = knob("objective", None, "eps_high (DAPO clip-higher); default: --clip", type=float)
     dual_clip: float = knob("objective", 0.0, "dual-clip constant c > 1 for negative advantages (0: off)")
-    objective: str = knob("objective", "ppo", "clipped surrogate, or CISPO's clipped weights", ["ppo", "cispo"])
+    objective: str = knob("objective", "ppo", "PPO's clipped surrogate, CISPO's clipped weights, or the book's "
+                          "torch.where form", ["ppo", "cispo", "book"])
     ratio_level: str = knob("objective", "token", "token (GRPO), gspo, or the book's summed sequence ratio",
                             ["token", "gspo", "sequence"])
     kl: float = knob("objective", 0.0, "beta: KL penalty to the warm-start policy")
@@ -114,23 +94,30 @@ class GRPOConfig:
     max_grad_norm: float = knob("optimisation", 1.0, "gradient clipping")
 
 
-# Each recipe is a set of GRPOConfig values (`python train.py --recipe NAME`; flags given
-# explicitly still win). The README's recipe table says which paper or book script each follows.
+# Each recipe is a set of flags (`python train.py --recipe NAME`; flags given explicitly still
+# win): GRPOConfig fields, and train.py's own where a recipe needs them (prompts_per_step).
+# The README's recipe table says which paper or book script each value follows.
 RECIPES = {
     "grpo": {},  # DeepSeekMath's GRPO as this file's defaults: group std, per-sequence mean, eps 0.2
     "dapo": dict(clip_high=0.28, loss_agg="token_mean", dynamic_sampling=True, overlong_cache=8, kl=0.0,
-                 minibatches=2),
+                 mu=1, minibatches=2),
     "drgrpo": dict(adv_norm="none", loss_agg="constant"),
-    "gspo": dict(ratio_level="gspo", clip=3e-4, clip_high=4e-4, minibatches=2),
-    "cispo": dict(objective="cispo", clip=float("inf"), clip_high=0.28, loss_agg="token_mean", minibatches=2),
+    "gspo": dict(ratio_level="gspo", clip=3e-4, clip_high=4e-4, mu=1, minibatches=2),
+    "cispo": dict(objective="cispo", clip=float("inf"), clip_high=0.28, loss_agg="token_mean", mu=1, minibatches=2),
     # the book's 7_7_improvements/olmo3_style.py, items 1-7
     "olmo3": dict(dynamic_sampling=True, loss_agg="token_mean", kl=0.0, clip_high=0.28, adv_norm="none",
-                  tis_cap=2.0, minibatches=2),
+                  tis_cap=2.0, mu=1, minibatches=2),
     # the book's 7_7_improvements/deepseek_v32_style.py, items 8-12 (top-p 0.9 as there: the kept mask needs it)
     "deepseek_v32": dict(kl=0.02, kl_reweight=True, off_policy_mask=0.1, keep_sampling_mask=True, top_p=0.9,
-                         minibatches=2),
+                         mu=1, minibatches=2),
     # the book's 7_7_improvements/gdpo.py: a 0.1 format bonus, each term normalised in its group first
     "gdpo": dict(reward_norm="norm_then_sum", format_weight=0.1, kl=0.02),
+    # the book's own algorithm, 7_5_plus_kl.py: one prompt and 8 answers per step, sampled at T 0.8 / top-p
+    # 0.9 and scored at T 1; two inner epochs that sample again from the frozen copy; the summed
+    # sequence ratio in the torch.where form at eps 10; k1 on summed log-probs. lr and beta: see README.
+    "book": dict(prompts_per_step=1, group_size=8, temperature=0.8, top_p=0.9, learner_temperature=1.0,
+                 mu=2, minibatches=1, resample_epochs=True, ratio_level="sequence", objective="book",
+                 clip=10.0, kl=0.1, kl_estimator="k1", kl_level="sequence", loss_agg="seq_mean", lr=1e-4),
 }
 
 
@@ -142,14 +129,13 @@ def group_advantages(rewards, G, norm="group", eps=1e-4):
     A_i = (r_i - mean(r of its group)) / (std + eps), with std over the group ("group",
     DeepSeekMath), over the whole batch ("batch"), or no division at all ("none",
     Dr. GRPO: dividing by a small std makes near-unanimous groups dominate).
-    A group never spans ranks, so under torchrun only the batch std needs the other ranks.
     """
     r = rewards.view(-1, G)  # (n_groups, G)
     centred = r - r.mean(1, keepdim=True)
     if norm == "group":
         centred = centred / (r.std(1, keepdim=True) + eps)
     elif norm == "batch":
-        centred = centred / (distributed.all_std(rewards) + eps)  # std of every rank's rewards
+        centred = centred / (global_std(rewards) + eps)
     elif norm != "none":
         raise ValueError(f"unknown advantage normalisation {norm!r}")
     return centred.view(-1)  # (B,)
@@ -170,6 +156,15 @@ def gdpo_advantages(terms, weights, G, norm="group"):
     return group_advantages(total, G, norm)
 
 
+def advantages(batch, cfg):
+    """(B,) advantages of a batch: of the summed reward, or GDPO's of each term first."""
+    if cfg.reward_norm == "norm_then_sum":
+        return gdpo_advantages(batch.rewards, rewards.term_weights(cfg.format_weight), cfg.group_size, cfg.adv_norm)
+    if cfg.reward_norm != "sum_then_norm":
+        raise ValueError(f"unknown reward normalisation {cfg.reward_norm!r}")
+    return group_advantages(batch.rewards["total"], cfg.group_size, cfg.adv_norm)
+
+
 def zero_variance_groups(rewards, G):
     """(n_groups,) bool: every completion of the group got the same reward (no signal)."""
     r = rewards.view(-1, G)
@@ -184,9 +179,8 @@ def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, 
     tokens, mask (B, L); loss_mask (B, T = L - 1) marks targets tokens[:, 1:] that are
     completion tokens. Returns logp, entropy (B, T), zero outside loss_mask. Only those
     rows reach the LM head: prompt and padding positions cost no (V)-sized work at all.
-    Temperature divides the logits, so the log-probs describe the distribution that was
-    sampled. fused=True goes from hidden states straight to log-probs (kernels/
-    linear_logprobs.py), so not even the (n, V) logits exist.
+    Temperature divides the logits. fused=True goes from hidden states straight to
+    log-probs (kernels/linear_logprobs.py), so not even the (n, V) logits exist.
 
     support (B, T, V) bool, DeepSeek-V3.2's "keep sampling mask": the log-probs are
     taken over the tokens top-k / top-p left at sampling time (the rest set to -inf),
@@ -195,10 +189,6 @@ def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, 
     2.6 MB for a step here (128 x 72 x 287), 1.5 GB per 10k tokens at Qwen's 151,936.
     """
     h = model(tokens[:, :-1], mask[:, :-1], hidden=True)  # (B, T, d)
-    # Under torchrun `model` may be the DDP wrapper (its forward hooks the gradient
-    # all-reduce); the tied head weight is a parameter of the module inside, the same
-    # tensor as the embedding, so its gradient from both uses is summed before DDP reduces it.
-    model = distributed.unwrap(model)
     rows, targets = h[loss_mask], tokens[:, 1:][loss_mask]  # (n, d), (n,): completion positions only
     if support is not None:
         logits = (rows @ model.lm_head_weight.t()).masked_fill(~support[loss_mask], float("-inf"))  # (n, V)
@@ -209,6 +199,18 @@ def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, 
         logp, ent = token_logprobs_and_entropy(rows @ model.lm_head_weight.t(), targets, temperature)  # (n, V) logits
     zeros = logp.new_zeros(loss_mask.shape)  # (B, T)
     return zeros.masked_scatter(loss_mask, logp), zeros.masked_scatter(loss_mask, ent)
+
+
+def learner_temperature(cfg):
+    """The temperature of every log-prob the loss sees: the sampler's, unless set apart."""
+    return cfg.temperature if cfg.learner_temperature is None else cfg.learner_temperature
+
+
+def batch_logprobs(model, batch, rows, loss_mask, cfg):
+    """(b, T) log-probs and entropies of some rows of a batch under model, as the learner sees them."""
+    support = None if batch.support is None else batch.support[rows]
+    return token_logprobs(model, batch.tokens[rows], batch.mask[rows], loss_mask[rows], learner_temperature(cfg),
+                          cfg.fused_head, support)
 
 
 # ---------------------------------------------------------------- 3. the objective
@@ -233,17 +235,17 @@ def policy_ratio(logp, old_logp, mask, level="token"):
     return torch.exp(log_r.clamp(max=20.0))  # clamp: exp cannot overflow
 
 
+def clip_range(cfg):
+    """(eps_low, eps_high): clip the ratio to [1 - eps_low, 1 + eps_high]."""
+    return cfg.clip, cfg.clip if cfg.clip_high is None else cfg.clip_high
+
+
 def clipped_objective(ratio, adv, eps_low, eps_high, dual_clip=0.0):
     """PPO's clipped surrogate, to be maximised: min(r * A, clip(r, 1-eps_low, 1+eps_high) * A).
 
     The min is the pessimistic bound for both signs of A: for A > 0 the ratio stops
     earning once r > 1+eps_high, for A < 0 once r < 1-eps_low; outside the clip range
     the gradient is zero, and a ratio that moved the *wrong* way is never clipped.
-    (The same thing can be written one-sidedly, A * min(r, 1+eps) for A >= 0 and
-    A * max(r, 1-eps) for A < 0. The book's torch.where(adv >= 0, min(...), max(...))
-    takes the max of the two *surrogates* for A < 0, which is A * min(r, clip(r)): it
-    clips where r has grown (r > 1+eps, a bad token made likelier, exactly where PPO
-    keeps the gradient) and never clips where r has shrunk, the inverse of PPO.)
     Dual clip (c > 1): for A < 0 the objective is also bounded below by c * A, so one
     very large ratio cannot produce an unbounded loss.
     """
@@ -251,6 +253,20 @@ def clipped_objective(ratio, adv, eps_low, eps_high, dual_clip=0.0):
     if dual_clip > 0:
         surr = torch.where(adv < 0, torch.maximum(surr, dual_clip * adv), surr)
     return surr
+
+
+def book_objective(ratio, adv, eps_low, eps_high):
+    """The book's clipped objective (7_4_plus_clip_ratio.py onwards), to be maximised:
+
+        torch.where(A >= 0, min(r A, clip(r) A), max(r A, clip(r) A))
+
+    For A >= 0 it is PPO's. For A < 0 the max of the two surrogates is A * min(r, clip(r)):
+    it clips where r has grown (r > 1+eps, a bad answer made likelier, exactly where PPO
+    keeps the gradient) and never where r has shrunk, the inverse of PPO. So for either
+    sign the gradient stops only once r > 1+eps_high (with the book's eps 10: r > 11).
+    """
+    unclipped, clipped = ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv
+    return torch.where(adv >= 0, torch.minimum(unclipped, clipped), torch.maximum(unclipped, clipped))
 
 
 def cispo_objective(ratio, adv, logp, eps_low, eps_high):
@@ -266,6 +282,9 @@ def kl_penalty(logp, ref_logp, estimator="k3"):
       k1 = -log r                 unbiased, can be negative, high variance
       k2 = (log r)^2 / 2          biased, always >= 0
       k3 = r - 1 - log r          unbiased, always >= 0, low variance (GRPO's choice)
+    "From samples of pi": the gradient of k1 is grad log pi, whose mean over samples of pi
+    is zero. Over samples of another distribution q (a sampler at a lower temperature,
+    or top-p) it is not: minimising k1 then lowers log pi where q draws, flattening pi.
     """
     log_r = (ref_logp - logp).clamp(-20.0, 20.0)
     if estimator == "k1":
@@ -277,6 +296,25 @@ def kl_penalty(logp, ref_logp, estimator="k3"):
     raise ValueError(f"unknown KL estimator {estimator!r}")
 
 
+def kl_term(logp, old_logp, ref_logp, mask, cfg):
+    """(B, T) KL estimate to the reference, per token or (the book) on summed log-probs.
+
+    --kl-reweight (DeepSeek-V3.2): the tokens were sampled from pi_old, not pi, so once
+    updates go off-policy E_{pi_old}[k3] is the KL of the wrong policy, and its gradient
+    is biased. Weighting by the importance ratio fixes both:
+        E_{y ~ pi_old}[ (pi(y) / pi_old(y)) * k3(y) ] = E_{y ~ pi}[ k3(y) ] = KL(pi || pi_ref)
+    The ratio keeps its gradient (the estimate is a function of pi through both factors).
+    """
+    if cfg.kl_level == "sequence":  # the book: estimator on summed log-probs, per sequence
+        kl = kl_penalty((logp * mask).sum(1, keepdim=True), (ref_logp * mask).sum(1, keepdim=True),
+                        cfg.kl_estimator).expand_as(logp)  # (B, T)
+    else:
+        kl = kl_penalty(logp, ref_logp, cfg.kl_estimator)  # (B, T)
+    if cfg.kl_reweight:
+        kl = kl * policy_ratio(logp, old_logp, mask, "token" if cfg.kl_level == "token" else "sequence")
+    return kl
+
+
 def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
     """Reduce a (B, T) per-token loss over the completion tokens (mask) to a scalar.
 
@@ -285,29 +323,17 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
     token_mean: sum over all tokens / number of tokens (DAPO); every token weighs the same.
     constant:   sum over all tokens / (B * max_len) (Dr. GRPO); no length normalisation
                 at all, so length carries no bias into the gradient.
-
-    Many processes (torchrun, N ranks): the objective is the one above on the union of
-    the ranks' batches. Each mode is a numerator that is a sum over this rank's rows and a
-    denominator that spans the batch; the denominator is all-reduced (sequences for
-    seq_mean, tokens for token_mean, B * max_len for constant), and the rank returns
-
-        N * numerator_r / denominator_global.
-
-    DDP averages the ranks' gradients (their sum / N), so the update follows
-    mean_r grad(N * num_r / D) = grad(sum_r num_r / D): the gradient of the global
-    objective. The global value of the loss is the mean of the ranks' values. In one
-    process N = 1 and the denominator is this batch's: the formulas above, unchanged.
+    Each is a mean of a sum over this batch's rows, and under torchrun over every rank's
+    rows (global_mean).
     """
     mask = mask.to(token_loss.dtype)
     if mode == "seq_mean":
-        num, den = ((token_loss * mask).sum(1) / mask.sum(1).clamp(min=1)).sum(), mask.shape[0]
-    elif mode == "token_mean":
-        num, den = (token_loss * mask).sum(), mask.sum()
-    elif mode == "constant":
-        num, den = (token_loss * mask).sum(), mask.shape[0] * max_len
-    else:
-        raise ValueError(f"unknown loss aggregation {mode!r}")
-    return num / distributed.all_sum(den).clamp(min=1) * distributed.world()
+        return global_mean(((token_loss * mask).sum(1) / mask.sum(1).clamp(min=1)).sum(), mask.shape[0])
+    if mode == "token_mean":
+        return global_mean((token_loss * mask).sum(), mask.sum())
+    if mode == "constant":
+        return global_mean((token_loss * mask).sum(), mask.shape[0] * max_len)
+    raise ValueError(f"unknown loss aggregation {mode!r}")
 
 
 def tis_weights(old_logp, sampler_logp, cap):
@@ -349,10 +375,12 @@ def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg, entropy=None, token_weig
     eps_low, eps_high = clip_range(cfg)
     A = adv[:, None]  # (B, 1): every token of a completion shares its advantage
     ratio = policy_ratio(logp, old_logp, mask, cfg.ratio_level)  # (B, T) or (B, 1)
-    if cfg.objective == "cispo":
-        obj = cispo_objective(ratio, A, logp, eps_low, eps_high)
-    elif cfg.objective == "ppo":
+    if cfg.objective == "ppo":
         obj = clipped_objective(ratio, A, eps_low, eps_high, cfg.dual_clip)
+    elif cfg.objective == "book":
+        obj = book_objective(ratio, A, eps_low, eps_high)
+    elif cfg.objective == "cispo":
+        obj = cispo_objective(ratio, A, logp, eps_low, eps_high)
     else:
         raise ValueError(f"unknown objective {cfg.objective!r}")
     obj = obj.expand_as(logp) if token_weight is None else obj * token_weight  # (B, T)
@@ -368,41 +396,24 @@ def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg, entropy=None, token_weig
     return loss, terms, ratio
 
 
-def kl_term(logp, old_logp, ref_logp, mask, cfg):
-    """(B, T) KL estimate to the reference, per token or (the book) on summed log-probs.
-
-    --kl-reweight (DeepSeek-V3.2): the tokens were sampled from pi_old, not pi, so once
-    updates go off-policy E_{pi_old}[k3] is the KL of the wrong policy, and its gradient
-    is biased. Weighting by the importance ratio fixes both:
-        E_{y ~ pi_old}[ (pi(y) / pi_old(y)) * k3(y) ] = E_{y ~ pi}[ k3(y) ] = KL(pi || pi_ref)
-    The ratio keeps its gradient (the estimate is a function of pi through both factors).
-    """
-    if cfg.kl_level == "sequence":  # the book: estimator on summed log-probs, per sequence
-        kl = kl_penalty((logp * mask).sum(1, keepdim=True), (ref_logp * mask).sum(1, keepdim=True),
-                        cfg.kl_estimator).expand_as(logp)  # (B, T)
-    else:
-        kl = kl_penalty(logp, ref_logp, cfg.kl_estimator)  # (B, T)
-    if cfg.kl_reweight:
-        kl = kl * policy_ratio(logp, old_logp, mask, "token" if cfg.kl_level == "token" else "sequence")
-    return kl
-
-
-def clip_range(cfg):
-    return cfg.clip, cfg.clip if cfg.clip_high is None else cfg.clip_high
-
-
 # ---------------------------------------------------------------- 4. what a step logs
 
 @torch.no_grad()
-def ratio_stats(stats, ratio, adv, logp, old_logp, mask, eps_low, eps_high):
-    """How far the policy has drifted from the one that sampled, recorded into `stats` (a
-    distributed.StepStats): the ratio's mean / min / max, the share of tokens where each
-    side of the clip is active (zero gradient; clip_frac is their sum), and the
-    approximate KL to the old policy (verl's ppo_kl: mean of old_logp - logp)."""
-    m = mask.bool()
-    r = ratio.expand_as(logp)  # (B, T)
-    A = adv[:, None]
-    low, high = (r < 1 - eps_low) & (A < 0), (r > 1 + eps_high) & (A > 0)  # (B, T) each; never both
+def update_stats(stats, terms, ratio, adv, logp, old_logp, entropy, mask, keep, grad_norm, cfg):
+    """Record one update into `stats` (a distributed.StepStats): the loss terms, the
+    gradient norm, the learner's entropy, and how far the policy has drifted from the one
+    that sampled: the ratio's mean / min / max, the share of tokens where each side of the
+    clip is active (zero gradient; clip_frac is their sum), and the approximate KL to
+    pi_old (verl's ppo_kl: mean of old_logp - logp)."""
+    for name, value in terms.items():
+        stats.mean(name, value)
+    stats.mean("grad_norm", grad_norm)
+    m, r, A = mask.bool(), ratio.expand_as(logp), adv[:, None]  # (B, T), (B, T), (B, 1)
+    eps_low, eps_high = clip_range(cfg)
+    if cfg.objective == "book":  # the gradient stops where r grew past 1 + eps_high, for either sign of A
+        low, high = torch.zeros_like(m), r > 1 + eps_high
+    else:
+        low, high = (r < 1 - eps_low) & (A < 0), (r > 1 + eps_high) & (A > 0)  # (B, T) each; never both
     stats.mean("ratio_mean", r, m)
     stats.min("ratio_min", r, m, default=1.0)
     stats.max("ratio_max", r, m, default=1.0)
@@ -410,6 +421,37 @@ def ratio_stats(stats, ratio, adv, logp, old_logp, mask, eps_low, eps_high):
     stats.mean("clip_frac_high", high, m)
     stats.mean("clip_frac", low | high, m)
     stats.mean("ppo_kl", old_logp - logp, m)
+    stats.mean("entropy", entropy, m)
+    stats.mean("off_policy_masked_frac", 1 - keep)
+
+
+@torch.no_grad()
+def batch_stats(stats, batch, adv, zero, old_logp, loss_mask):
+    """Record the sampled batch: rewards (every term rewards.score returns), advantages,
+    lengths, zero-variance groups, and the sampler-learner gap."""
+    for name, r in batch.rewards.items():
+        stats.mean("reward" if name == "total" else "reward_" + name, r)
+    stats.std("reward_std", batch.rewards["total"])
+    stats.mean("adv_mean", adv)
+    stats.std("adv_std", adv)
+    stats.mean("zero_std_frac", zero)
+    lengths = batch.loss_mask.sum(1)  # (B,)
+    stats.mean("resp_len", lengths)
+    stats.max("resp_len_max", lengths)
+    stats.mean("truncated_frac", batch.truncated)
+    stats.count("n_tokens", batch.mask)
+    # The sampler and the learner should describe one distribution; with top-p / top-k or a
+    # learner temperature of its own they do not. Logged whether or not --tis-cap corrects for
+    # it: the gap, the uncapped weight pi_old / pi_sampler, and the sampler's own entropy (the
+    # learner's is "entropy"): a learner that flattens while the sampler hides it.
+    m = loss_mask.bool()
+    gap = old_logp - batch.sampler_logp  # (B, T)
+    w = gap.clamp(max=20.0).exp()  # (B, T) the TIS weight before its cap
+    stats.mean("sampler_gap", gap.abs(), m)
+    stats.min("tis_weight_min", w, m, default=1.0)
+    stats.mean("tis_weight_mean", w, m, default=1.0)
+    stats.max("tis_weight_max", w, m, default=1.0)
+    stats.mean("sampler_entropy", batch.sampler_entropy, m)
 
 
 # ---------------------------------------------------------------- 5. one GRPO step
@@ -441,106 +483,59 @@ def sample_batch(model, enc, next_problems, n_prompts, cfg, generator):
     return concat_rollouts(parts or [part]), torch.cat(zeros)
 
 
-def advantages(batch, cfg):
-    """(B,) advantages of a batch: of the summed reward, or GDPO's of each term first."""
-    if cfg.reward_norm == "norm_then_sum":
-        return gdpo_advantages(batch.rewards, rewards.term_weights(cfg.format_weight), cfg.group_size, cfg.adv_norm)
-    if cfg.reward_norm != "sum_then_norm":
-        raise ValueError(f"unknown reward normalisation {cfg.reward_norm!r}")
-    return group_advantages(batch.rewards["total"], cfg.group_size, cfg.adv_norm)
+def optimizer_step(model, opt, loss, max_grad_norm):
+    """Backward, clip the gradient norm, step. Raises FloatingPointError before the step
+    (the weights stay good) if the loss or the gradient is not finite."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()  # under DDP: the gradients arrive averaged over the ranks
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    if not everywhere_finite(loss, grad_norm):
+        raise FloatingPointError(f"non-finite loss ({loss.item()}) or gradient norm ({grad_norm.item()})")
+    opt.step()
+    return grad_norm
 
 
 def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generator):
-    """Sample, score, compute advantages, then mu epochs of K minibatch updates.
+    """One GRPO step: sample G answers for each of n_prompts problems, score them, then mu
+    epochs of K minibatch updates. Returns (the first epoch's Rollouts, {statistic: float}).
 
     Under torchrun, model is the DDP wrapper (distributed.wrap) and n_prompts this rank's
-    share; each update's minibatch is the union of the ranks' k-th minibatches, and the
-    statistics returned are the global ones, the same on every rank.
-    Returns (Rollouts, dict of float statistics). Raises FloatingPointError (before the
-    optimizer step, so the weights stay good) if the loss or gradients are not finite.
+    share; the statistics are the global ones, the same on every rank.
     """
-    policy = distributed.unwrap(model)  # sampling and no-grad passes need no gradient all-reduce
-    batch, zero = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
-    tokens, mask, loss_mask = batch.tokens, batch.mask, batch.loss_mask  # (B, L), (B, L), (B, T)
-    if cfg.mask_truncated:
-        loss_mask = loss_mask & ~batch.truncated[:, None]
-    adv = advantages(batch, cfg)  # (B,)
-
-    def logprobs(m, rows):  # (b, T) log-probs and entropies of some rows, under model m
-        support = None if batch.support is None else batch.support[rows]
-        return token_logprobs(m, tokens[rows], mask[rows], loss_mask[rows], cfg.temperature, cfg.fused_head, support)
-
-    everything = torch.arange(len(adv))
-    ref_logp = None
-    if cfg.kl > 0:
-        with torch.no_grad():
-            ref_logp, _ = logprobs(ref_model, everything)  # (B, T)
-    old_logp = None
-    if cfg.minibatches > 1:  # the second minibatch is seen after an update: pi_old needs its own pass
-        with torch.no_grad():
-            old_logp, _ = logprobs(policy, everything)  # (B, T)
-    parts = minibatch_rows(len(adv), cfg.group_size, cfg.minibatches)
-    # Every rank must join every update's all-reduces. A rank left with fewer groups than
-    # K (dynamic sampling out of rounds) has fewer minibatches: it runs the missing ones
-    # with zero rows, which adds nothing to the loss or its normalisers and a zero gradient.
-    parts += [parts[0][:0]] * (int(distributed.all_max(len(parts))) - len(parts))
-    stats = distributed.StepStats()
+    policy = unwrap(model)  # the module itself: sampling and no-grad passes need no gradient all-reduce
+    # pi_old, the policy that samples, is the weights at the start of the step. A frozen copy of
+    # it is kept only where later epochs sample again from it (the book's inner epochs).
+    pi_old = copy.deepcopy(policy).requires_grad_(False) if cfg.resample_epochs and cfg.mu > 1 else policy
+    first, zero = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
+    stats = StepStats()
     for epoch in range(cfg.mu):
+        if epoch == 0 or cfg.resample_epochs:  # new rollouts: their advantages, pi_ref and pi_old
+            batch = first if epoch == 0 else rollout(pi_old, enc, first.problems[::cfg.group_size], cfg, generator)
+            adv = advantages(batch, cfg)  # (B,)
+            loss_mask = batch.loss_mask & ~batch.truncated[:, None] if cfg.mask_truncated else batch.loss_mask
+            everything = torch.arange(len(adv))
+            with torch.no_grad():
+                ref_logp = batch_logprobs(ref_model, batch, everything, loss_mask, cfg)[0] if cfg.kl > 0 else None
+                # pi_old's log-probs: the first update of these rollouts runs on pi_old's very
+                # weights when it sees them all (one minibatch, first epoch), so it takes them
+                # from its own forward below, for free; otherwise they need this pass.
+                old_logp = None
+                if epoch > 0 or cfg.minibatches > 1:
+                    old_logp = batch_logprobs(pi_old, batch, everything, loss_mask, cfg)[0]  # (B, T)
+            parts = same_count(minibatch_rows(len(adv), cfg.group_size, cfg.minibatches))  # K lists of rows
         for rows in parts:
             stats.next_update()
-            logp, entropy = logprobs(model, rows)  # (b, T)
+            logp, entropy = batch_logprobs(model, batch, rows, loss_mask, cfg)  # pi_theta (b, T), with gradient
             if old_logp is None:
-                # K = 1: this first forward runs on the weights that sampled the rollouts, so
-                # pi_old = pi here exactly (ratio 1); keep it for every later epoch instead
-                # of paying for a separate no-grad pass.
-                old_logp = logp.detach()
-            m, sampler_logp = loss_mask[rows], batch.sampler_logp[rows]
+                old_logp = logp.detach()  # pi_theta is still pi_old here: the ratio is exactly 1
+            m, sampler_logp = loss_mask[rows], batch.sampler_logp[rows]  # (b, T) each
+            ref = None if ref_logp is None else ref_logp[rows]
+            weight = tis_weights(old_logp[rows], sampler_logp, cfg.tis_cap)  # (b, T) per-token weights
             keep = off_policy_keep(logp, sampler_logp, adv[rows], m, cfg.off_policy_mask)  # (b,)
-            loss, terms, ratio = grpo_loss(logp, old_logp[rows], None if ref_logp is None else ref_logp[rows],
-                                           adv[rows] * keep, m, cfg, entropy, tis_weights(old_logp[rows], sampler_logp,
-                                                                                          cfg.tis_cap))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()  # under DDP: the gradients arrive averaged over the ranks
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            # Each rank's loss is its share of the global one (see aggregate), their mean over
-            # ranks the global value. Every rank sees the same loss and gradient norm and takes
-            # the same decision here.
-            global_loss = distributed.all_sum(loss.detach()) / distributed.world()
-            if not (torch.isfinite(global_loss) and torch.isfinite(grad_norm)):
-                raise FloatingPointError(f"non-finite loss ({global_loss.item()}) or gradient norm "
-                                         f"({grad_norm.item()})")
-            opt.step()
-            for k, v in terms.items():  # each rank's share: their mean over ranks is the global value
-                stats.mean(k, v)
-            ratio_stats(stats, ratio, adv[rows], logp, old_logp[rows], m, *clip_range(cfg))
-            stats.mean("grad_norm", grad_norm)
-            stats.mean("entropy", entropy, m)
-            stats.mean("off_policy_masked_frac", 1 - keep)
-    batch_stats(stats, batch, adv, zero, old_logp, loss_mask)
-    return batch, stats.result()
-
-
-def batch_stats(stats, batch, adv, zero, old_logp, loss_mask):
-    """Record the statistics of the sampled batch: rewards (every term rewards.score
-    returns), advantages, lengths, zero-variance groups, and the sampler / learner gap."""
-    for name, r in batch.rewards.items():
-        stats.mean("reward" if name == "total" else "reward_" + name, r)
-    stats.std("reward_std", batch.rewards["total"])
-    stats.mean("adv_mean", adv)
-    stats.std("adv_std", adv)
-    stats.mean("zero_std_frac", zero)
-    lengths = batch.loss_mask.sum(1)  # (B,)
-    stats.mean("resp_len", lengths)
-    stats.max("resp_len_max", lengths)
-    stats.mean("truncated_frac", batch.truncated)
-    stats.count("n_tokens", batch.mask)
-    # The sampler and the learner should describe one distribution; under top-p / top-k
-    # they do not. Logged whether or not --tis-cap corrects for it: the gap and the
-    # uncapped weight pi_old / pi_sampler over completion tokens.
-    m = loss_mask.bool()
-    gap = old_logp - batch.sampler_logp  # (B, T)
-    w = gap.clamp(max=20.0).exp()  # (B, T) the TIS weight before its cap
-    stats.mean("sampler_gap", gap.abs(), m)
-    stats.min("tis_weight_min", w, m, default=1.0)
-    stats.mean("tis_weight_mean", w, m, default=1.0)
-    stats.max("tis_weight_max", w, m, default=1.0)
+            A = adv[rows] * keep  # (b,)
+            loss, terms, ratio = grpo_loss(logp, old_logp[rows], ref, A, m, cfg, entropy, weight)
+            grad_norm = optimizer_step(model, opt, loss, cfg.max_grad_norm)
+            update_stats(stats, terms, ratio, adv[rows], logp, old_logp[rows], entropy, m, keep, grad_norm, cfg)
+        if epoch == 0:
+            batch_stats(stats, batch, adv, zero, old_logp, loss_mask)
+    return first, stats.result()

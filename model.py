@@ -8,7 +8,8 @@
   out of attention and positions), then decodes one token per step from the KV cache,
   sampling with temperature / top-k / top-p from a `torch.Generator` (or greedily),
   stops each row at `<|endoftext|>` on its own, and records the log-prob of each sampled
-  token under the distribution it was drawn from (for truncated importance sampling).
+  token and the entropy of the distribution it was drawn from (`Sampled`): the sampler's
+  side of the sampler-learner gap.
 - `save_checkpoint` / `load_checkpoint`: weights + model config + tokenizer spec + task
   spec in one file, checked on load with one-line errors. Loading never unpickles
   arbitrary objects (`weights_only=True`): a checkpoint from someone else cannot run code.
@@ -23,6 +24,7 @@ import os
 import pickle
 import re
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -158,19 +160,23 @@ def filter_logits(logits, top_k=0, top_p=1.0):
     return logits
 
 
+class Sampled(NamedTuple):
+    """What `generate` returns: B rows of P + n positions, n <= max_new_tokens."""
+    tokens: torch.Tensor   # (B, P + n) prompts left-padded to P = the longest, completions right-padded
+    mask: torch.Tensor     # (B, P + n) real tokens (a completion's <|endoftext|> included)
+    logp: torch.Tensor     # (B, P + n) log-prob of each generated token under the distribution it was drawn
+    #                        from (after temperature, top-k, top-p); 0 for greedy and outside completions
+    entropy: torch.Tensor  # (B, P + n) entropy of that distribution at each generated position (the sampler's)
+    support: torch.Tensor  # (B, P + n, V) bool, the tokens top-k / top-p left to draw from; None unless kept
+
+
 @torch.no_grad()
 def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, top_p=1.0,
              generator=None, greedy=False, use_cache=True, keep_support=False):
-    """Sample completions for a batch of prompts (lists of token ids) of any lengths.
+    """Sample completions for a batch of prompts (lists of token ids) of any lengths -> Sampled.
 
-    Returns (tokens, mask, sampler_logp), each (B, P + n) with n <= max_new_tokens:
-    prompts left-padded to P = the longest prompt, completions right-padded; mask marks
-    real tokens (a completion's <|endoftext|> included); sampler_logp is the log-prob of
-    each generated token under the distribution it was actually drawn from (after
-    temperature, top-k and top-p; 0 for greedy and outside completions).
     use_cache=False recomputes the whole sequence each step (the reference path).
-    keep_support=True also returns support (B, P + n, V) bool: the tokens top-k / top-p
-    left to sample from at each generated position (DeepSeek-V3.2's kept sampling mask).
+    keep_support=True also keeps the support (DeepSeek-V3.2's kept sampling mask).
     """
     device = model.wte.weight.device
     B, P = len(prompts), max(len(p) for p in prompts)
@@ -179,7 +185,7 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
         raise ValueError(f"prompt ({P}) + max_new_tokens ({max_new_tokens}) exceeds max_seq_len {model.cfg.max_seq_len}")
     tokens = torch.full((B, L), eos_id, dtype=torch.long, device=device)  # (B, L)
     mask = torch.zeros(B, L, dtype=torch.bool, device=device)
-    sampler_logp = torch.zeros(B, L, device=device)
+    sampler_logp, sampler_entropy = torch.zeros(B, L, device=device), torch.zeros(B, L, device=device)
     support = torch.zeros(B, L, model.cfg.vocab_size, dtype=torch.bool, device=device) if keep_support else None
     for i, p in enumerate(prompts):  # left padding
         tokens[i, P - len(p):P] = torch.tensor(p, device=device)
@@ -197,26 +203,30 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
                 logits = model(tokens[:, start:t], mask[:, :t], cache)
             else:
                 logits = model(tokens[:, :t], mask[:, :t])
-            nxt, logp = sample(logits[:, -1].float(), temperature, top_k, top_p, generator, greedy, support, t)  # (B,)
-            tokens[:, t] = torch.where(done, eos_id, nxt)
+            nxt, logp, ent = sample(logits[:, -1].float(), temperature, top_k, top_p, generator, greedy, support, t)
+            tokens[:, t] = torch.where(done, eos_id, nxt)  # (B,)
             sampler_logp[:, t] = torch.where(done, 0.0, logp)
+            sampler_entropy[:, t] = torch.where(done, 0.0, ent)
             mask[:, t] = ~done
             done |= nxt == eos_id
             start, t = t, t + 1
-    out = tokens[:, :t], mask[:, :t], sampler_logp[:, :t]
-    return out + (support[:, :t],) if keep_support else out
+    return Sampled(tokens[:, :t], mask[:, :t], sampler_logp[:, :t], sampler_entropy[:, :t],
+                   support[:, :t] if keep_support else None)
 
 
 def sample(logits, temperature, top_k, top_p, generator, greedy, support=None, t=0):
-    """logits (B, V) -> next token ids (B,) and their log-probs under the sampling
-    distribution (B,); the kept support goes to support[:, t] if given."""
+    """logits (B, V) -> next token ids (B,), their log-probs and the entropy of the
+    distribution they were drawn from (B,); the kept support goes to support[:, t] if given."""
     if greedy:
-        return logits.argmax(-1), logits.new_zeros(logits.shape[0])
+        zeros = logits.new_zeros(logits.shape[0])
+        return logits.argmax(-1), zeros, zeros
     logp = filter_logits(logits / temperature, top_k, top_p).log_softmax(-1)  # (B, V)
     if support is not None:
         support[:, t] = logp > float("-inf")
-    nxt = torch.multinomial(logp.exp(), 1, generator=generator)  # (B, 1)
-    return nxt.squeeze(1), logp.gather(1, nxt).squeeze(1)
+    p = logp.exp()
+    entropy = -(p * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(-1)  # filtered-out tokens: p = 0, no NaN
+    nxt = torch.multinomial(p, 1, generator=generator)  # (B, 1)
+    return nxt.squeeze(1), logp.gather(1, nxt).squeeze(1), entropy
 
 
 def count_params(model):

@@ -1,69 +1,23 @@
 """Rule-based rewards for the arithmetic task: correctness, format, overlong penalty.
 
-A prompt looks like `Evaluate left to right: 7+5-3*2\\n` (tasks.py) and the policy's completion (decoded
-text, prompt and end-of-text token excluded) should look like
+A completion (decoded text, prompt and end-of-text excluded) should look like
+`<think>7+5=12 12-3=9 9*2=18</think>\\boxed{18}`. Every function here is a plain function of
+a string (plus a few numbers), returns a finite float and never raises, whatever garbage
+an untrained model writes. `score` combines the terms:
 
-    <think>7+5=12 12-3=9 9*2=18</think>\\boxed{18}
-
-Everything here is a plain function of a string (plus a few numbers), returns a finite
-float, and never raises, whatever garbage an untrained model produces. Run the tests with
+    total = correct + format_weight * format      (* correct as well if gated)  + overlong
 
     OMP_NUM_THREADS=1 python -m pytest tests/test_rewards.py -q
 
-Correctness (1.0 or 0.0)
-  Take the content of the LAST `\\boxed{` in the completion, reading to its matching `}`
-  (braces inside are balanced, so `\\boxed{a{b}c}` holds `a{b}c`). If that last `\\boxed{`
-  is never closed there is no answer, even if an earlier one was closed: the final answer
-  is the one that counts. The content must be an integer: surrounding whitespace, a
-  leading `+` or `-` and leading zeros are fine (` +007 ` is 7, `-0` is 0); nothing else
-  is. In particular:
-  - `\\boxed{{12}}` holds `{12}`, which is not an integer: no credit. Our answers are
-    plain integers, and rewarding extra braces would only teach the model to emit them.
-  - Only ASCII digits count. Python's int() accepts Arabic-Indic `١٢` and fullwidth `１２`,
-    but a model that writes them has not produced the answer format we ask for, and a
-    string match by a human reader would reject them too: no credit.
-  - `1,000`, `1_000` (int() accepts it), `12.0`, `- 3`, `3+4` are not integers here.
-  - An integer with more than MAX_DIGITS significant digits parses to None, so a
-    megabyte of digits can neither hang int() (quadratic) nor trip Python's 4300-digit
-    int-to-str limit. Reference answers of the task are a few digits long.
-
-Format (1.0 or 0.0), exactly these checks, on `s = completion.lstrip()`:
-  1. `s` starts with `<think>`;
-  2. `<think>` and `</think>` each occur exactly once in `s`;
-  3. the thinking (text between them) contains a non-whitespace character;
-  4. the thinking contains no `\\boxed` (the answer is not given inside the block);
-  5. the text after `</think>` contains a closed `\\boxed{...}` (any content: whether
-     the content is right is correctness's job, not format's).
-  Text between `</think>` and the box, or after the box, is allowed.
-
-    '<think>7+5=12</think>\\boxed{12}'          format 1   correct (answer 12) 1
-    '  <think>x</think> so \\boxed{9} done'     format 1   correct (answer 9)  1
-    '\\boxed{12}'                               format 0   (no reasoning)
-    '<think>7+5=12\\boxed{12}'                  format 0   (no </think>; correct 1)
-    '<think>a</think><think>b</think>\\boxed{1}' format 0  (two blocks)
-    '<think>\\boxed{12}</think>'                format 0   (answer inside the block; correct 1)
-    '<think> \\n</think>\\boxed{12}'             format 0   (empty thinking)
-
-Combined reward (score):
-    total = correct + format_weight * format                  (gated=False)
-    total = correct + format_weight * format * correct        (gated=True)
-  plus the overlong penalty. The gated form is the chapter's conditional reward: the
-  format bonus is paid only for a correct answer, so the policy cannot farm it with
-  well-formed wrong answers.
-
-Overlong soft penalty (DAPO, Yu et al. 2025, "soft overlong punishment"), with
-L = n_tokens, L_max = max_len, L_cache = cache_len:
-    0                                   if L <= L_max - L_cache
-    (L_max - L_cache - L) / L_cache     if L_max - L_cache < L <= L_max   (0 down to -1)
-    -1                                  if L > L_max
-  Switched off (always 0) when cache_len <= 0.
-
-Where this departs from the book: the chapter scores Qwen3's `<think>` output with a
-regex format reward. Ours is the same idea written as explicit string checks, so that
-each edge case (missing close tag, two blocks, answer inside the block, empty block) is
-one visible line and there is no regex backtracking to worry about. Our task only has
-integer answers, so no general math-answer checker is needed: correctness is a strict
-integer parse of the last box.
+Where this departs from the book (rasbt/reasoning-from-scratch):
+1. Correctness is a strict integer parse of the last `\\boxed{}` (`correctness_reward`):
+   our answers are integers, so no general math-answer checker is needed.
+2. Our format check (`format_reward`) is explicit string checks, one visible line per
+   edge case. The book's `ch07/03_rlvr_grpo_scripts_advanced/7_6_plus_format_reward.py`
+   pays the bonus whenever `<think>` comes before `</think>`, with nothing in between or
+   after required: `book_format_reward`, `--format-check book`.
+3. The gated form (`--gated`, the chapter's conditional reward) pays the format bonus
+   only for a correct answer, so wrong but well-formed answers earn nothing.
 """
 
 from tasks import THINK_CLOSE as CLOSE, THINK_OPEN as OPEN  # the one definition of the tags
@@ -73,7 +27,9 @@ BOX = "\\boxed{"
 
 
 def extract_boxed(text: str) -> str | None:
-    """Content of the last `\\boxed{...}` (braces balanced), or None if absent/unclosed."""
+    """Content of the LAST `\\boxed{` in text, read to its matching `}` (braces inside are
+    balanced: `\\boxed{a{b}c}` holds `a{b}c`), or None. If that last box is never closed
+    there is no answer, even if an earlier one was: the final answer is the one that counts."""
     start = text.rfind(BOX)
     if start < 0:
         return None
@@ -91,6 +47,16 @@ def extract_boxed(text: str) -> str | None:
 
 
 def parse_int(s: str) -> int | None:
+    """The integer a box holds, or None. Surrounding whitespace, a leading `+` or `-` and
+    leading zeros are fine (` +007 ` is 7, `-0` is 0); nothing else is:
+    - `{12}` (from `\\boxed{{12}}`) is not an integer: rewarding extra braces would only
+      teach the model to emit them;
+    - only ASCII digits count: int() accepts `١٢` and `１２`, but a model that writes them
+      has not produced the format we ask for;
+    - `1,000`, `1_000` (int() accepts it), `12.0`, `- 3`, `3+4` are not integers here;
+    - more than MAX_DIGITS significant digits is None, so a megabyte of digits can neither
+      hang int() (quadratic) nor trip Python's 4300-digit int-to-str limit.
+    """
     s = s.strip()
     sign = -1 if s.startswith("-") else 1
     digits = s[1:] if s.startswith(("+", "-")) else s
@@ -113,6 +79,16 @@ def correctness_reward(completion: str, answer: int) -> float:
 
 
 def format_reward(completion: str) -> float:
+    """1.0 for one non-empty think block, then a boxed answer; exactly these checks:
+
+        '<think>7+5=12</think>\\boxed{12}'           1
+        '  <think>x</think> so \\boxed{9} done'      1   (text around the box is fine)
+        '\\boxed{12}'                                0   1. no reasoning
+        '<think>a</think><think>b</think>\\boxed{1}'  0   2. two blocks
+        '<think> \\n</think>\\boxed{12}'              0   3. empty thinking
+        '<think>\\boxed{12}</think>'                 0   4. answer inside the block
+        '<think>7+5=12\\boxed{12}'                   0   5. no </think>, so no answer after it
+    """
     s = completion.lstrip()
     if not s.startswith(OPEN):  # 1. starts with <think>
         return 0.0
@@ -127,7 +103,22 @@ def format_reward(completion: str) -> float:
     return 1.0 if extract_boxed(after) is not None else 0.0  # 5. answer after it
 
 
+def book_format_reward(completion: str) -> float:
+    """The book's format reward (7_6_plus_format_reward.py, `reward_format`): 1.0 if the
+    completion holds `<think>` and, after its first one, `</think>`. Nothing else is
+    checked: no reasoning inside, no answer after. (The book compares token ids; our
+    model writes the tags as their single ids, which decode to exactly these strings.)"""
+    start = completion.find(OPEN)
+    return 1.0 if start >= 0 and completion.find(CLOSE) > start else 0.0
+
+
+FORMAT_CHECKS = {"strict": format_reward, "book": book_format_reward}  # --format-check
+
+
 def overlong_penalty(n_tokens: int, max_len: int, cache_len: int) -> float:
+    """DAPO's soft overlong punishment (Yu et al. 2025), L = n_tokens, L_max = max_len,
+    L_cache = cache_len: 0 up to L_max - L_cache, then linear down to -1 at L_max, -1
+    beyond; always 0 when cache_len <= 0."""
     if cache_len <= 0:
         return 0.0
     # DAPO soft overlong punishment: linear from 0 at L_max - L_cache to -1 at L_max
@@ -142,10 +133,10 @@ def term_weights(format_weight: float) -> dict:
 
 
 def score(completion: str, answer: int, n_tokens: int, *, format_weight: float = 0.0,
-          gated: bool = False, max_len: int = 0, overlong_cache: int = 0) -> dict:
+          gated: bool = False, max_len: int = 0, overlong_cache: int = 0, format_check: str = "strict") -> dict:
     """Every term (and the raw format check) as floats, and their weighted total."""
     correct = correctness_reward(completion, answer)
-    fmt = format_reward(completion)
+    fmt = FORMAT_CHECKS[format_check](completion)
     terms = {"correct": correct,
              "format_paid": fmt * correct if gated else fmt,  # gated: the chapter's conditional reward
              "overlong": overlong_penalty(n_tokens, max_len, overlong_cache)}

@@ -23,6 +23,7 @@ class Rollouts:
     mask: torch.Tensor          # (B, L) real tokens
     loss_mask: torch.Tensor     # (B, T = L - 1) target tokens[:, 1:] is a completion token: the shift, done once
     sampler_logp: torch.Tensor  # (B, T) log-prob of each target under the distribution that drew it
+    sampler_entropy: torch.Tensor  # (B, T) entropy of that distribution (after temperature, top-k, top-p)
     support: torch.Tensor       # (B, T, V) bool, what top-k / top-p left to draw from; None unless kept
     truncated: torch.Tensor     # (B,) the completion never emitted <|endoftext|>
     rewards: dict               # name -> (B,): what rewards.score returns; "total" drives the advantages
@@ -36,8 +37,9 @@ def rollout(model, enc, problems, cfg, generator):
     repeated = [p for p in problems for _ in range(cfg.group_size)]  # each prompt G times, adjacent
     prompts = [encode_text(enc, p.prompt) for p in repeated]
     model.eval()
-    tokens, mask, sampler_logp, *support = generate(model, prompts, cfg.max_new_tokens, enc.eot_token, cfg.temperature,
-                                                    cfg.top_k, cfg.top_p, generator, keep_support=cfg.keep_sampling_mask)
+    tokens, mask, sampler_logp, sampler_entropy, support = generate(
+        model, prompts, cfg.max_new_tokens, enc.eot_token, cfg.temperature, cfg.top_k, cfg.top_p, generator,
+        keep_support=cfg.keep_sampling_mask)
     model.train()
     P = max(map(len, prompts))
     loss_mask = mask[:, 1:].clone()  # (B, T)
@@ -45,9 +47,10 @@ def rollout(model, enc, problems, cfg, generator):
     completion = tokens[:, P:].masked_fill(~mask[:, P:], -1)  # (B, n) padding can never equal eot
     texts = decode_completions(enc, tokens, mask, P)
     scores = [rewards.score(t, p.answer, n, format_weight=cfg.format_weight, gated=cfg.gated,
-                            max_len=cfg.max_new_tokens, overlong_cache=cfg.overlong_cache)
+                            max_len=cfg.max_new_tokens, overlong_cache=cfg.overlong_cache, format_check=cfg.format_check)
               for t, p, n in zip(texts, repeated, loss_mask.sum(1).tolist())]
-    return Rollouts(tokens, mask, loss_mask, sampler_logp[:, 1:], support[0][:, 1:] if support else None,
+    return Rollouts(tokens, mask, loss_mask, sampler_logp[:, 1:], sampler_entropy[:, 1:],
+                    None if support is None else support[:, 1:],
                     truncated=~(completion == enc.eot_token).any(1),
                     rewards={k: torch.tensor([s[k] for s in scores]) for k in scores[0]},  # each (B,)
                     texts=texts, problems=repeated, prompt_len=P)

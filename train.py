@@ -348,8 +348,8 @@ def resume_state(args):
 
 if __name__ == "__main__":
     parser, args = parse_args()
-    if args.print_config:
-        print(json.dumps(asdict(grpo_config(args)), indent=2))
+    if args.print_config:  # every resolved flag: the recipe's, the defaults, and what was typed
+        print(json.dumps({k: v for k, v in vars(args).items() if k != "print_config"}, indent=2))
         raise SystemExit(0)
     try:
         main(args)

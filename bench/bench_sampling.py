@@ -38,7 +38,7 @@ def median_time(fn, repeats):
 
 def sampling_rate(model, prompts, new_tokens, eos, use_cache):
     def run():
-        _, mask, _ = generate(model, prompts, new_tokens, eos, generator=torch.Generator().manual_seed(0),
+        _, mask, *_ = generate(model, prompts, new_tokens, eos, generator=torch.Generator().manual_seed(0),
                               use_cache=use_cache)
         return int(mask[:, max(map(len, prompts)):].sum())  # generated tokens only
     return run

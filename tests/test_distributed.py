@@ -30,7 +30,10 @@ def torchrun(*argv, timeout=240):
 def test_helpers_are_identity_without_a_process_group():
     x = torch.tensor([3.0, 1.0, 2.0, 7.0])
     assert not distributed.active() and distributed.rank() == 0 and distributed.world() == 1
-    assert distributed.all_sum(x) is x and distributed.all_std(x) == x.std()
+    assert distributed.all_sum(x) is x and distributed.global_std(x) == x.std()
+    assert distributed.global_mean(x.sum(), 4) == x.mean() and distributed.global_mean(x.sum() * 0, 0) == 0
+    parts = [x[:2], x[2:]]
+    assert all(a is b for a, b in zip(distributed.same_count(parts), parts)) and len(distributed.same_count(parts)) == 2
     assert train.step_seed(0, 7, rank=0) == train.step_seed(0, 7) == 7  # one process: the seeds runs always had
     assert len({train.step_seed(0, s, r) for s in range(50) for r in range(8)}) == 400
 

@@ -101,7 +101,8 @@ def loss_and_stats(logp, old, ref, adv, mask, cfg, entropy=None, weight=None):
     """grpo_loss and the ratio statistics that grpo_step logs with it."""
     loss, terms, ratio = grpo_loss(logp, old, ref, adv, mask, cfg, entropy, weight)
     stats = distributed.StepStats()
-    grpo.ratio_stats(stats, ratio, adv, logp, old, mask, *grpo.clip_range(cfg))
+    no_entropy = torch.zeros_like(logp) if entropy is None else entropy
+    grpo.update_stats(stats, terms, ratio, adv, logp, old, no_entropy, mask, torch.ones_like(adv), torch.tensor(1.0), cfg)
     return loss, {**terms, **{k: torch.tensor(v) for k, v in stats.result().items()}}
 
 

@@ -72,7 +72,7 @@ def test_old_logprobs_are_the_sampling_policys(enc, tiny_model, digit_reward, mo
 
 
 def test_ppo_kl_is_zero_before_any_update(enc, tiny_model, digit_reward):
-    _, stats = run_step(enc, tiny_model(), GRPOConfig(**CFG), lr=1e-2)
+    _, stats = run_step(enc, tiny_model(), GRPOConfig(**CFG, mu=1), lr=1e-2)
     assert stats["ppo_kl"] == 0.0 and stats["ratio_min"] == stats["ratio_max"] == 1.0
 
 
@@ -105,7 +105,7 @@ def test_loss_mask_is_the_completion_only(tiny_warm, monkeypatch, mask_truncated
 
 def test_kl_term_uses_the_reference_model(enc, tiny_model, digit_reward):
     model = tiny_model()
-    _, same = run_step(enc, model, GRPOConfig(**CFG, kl=0.1), ref=copy.deepcopy(model))
+    _, same = run_step(enc, model, GRPOConfig(**CFG, kl=0.1, mu=1), ref=copy.deepcopy(model))
     assert same["kl"] == pytest.approx(0.0, abs=1e-7)  # first update: the policy is its reference
     ref = tiny_model(seed=1)  # a reference that differs from the policy
     _, other = run_step(enc, model, GRPOConfig(**CFG, kl=0.1), ref=ref)
@@ -119,7 +119,7 @@ def test_sampler_and_learner_describe_the_same_distribution(enc):
     with torch.no_grad():
         model.wte.weight.mul_(5)  # ~200 tokens with >= 5 expected draws, the top one at p ~ 0.13
     prompt, n, T = [5, 6, 7], 4000, 0.7
-    tokens, mask, sampler_logp = generate(model, [prompt] * n, 1, enc.eot_token, temperature=T,
+    tokens, mask, sampler_logp, *_ = generate(model, [prompt] * n, 1, enc.eot_token, temperature=T,
                                           generator=torch.Generator().manual_seed(1))
     counts = torch.bincount(tokens[:, 3], minlength=enc.n_vocab).double()  # (V,)
     # the learner's log-prob of every possible first token, through grpo.token_logprobs
@@ -177,13 +177,14 @@ def test_logged_statistics_ignore_padding_columns():
     cfg = GRPOConfig(clip=0.1)
     _, _, ratio = grpo.grpo_loss(logp, old, None, adv, mask, cfg)
     a = distributed.StepStats()
-    grpo.ratio_stats(a, ratio, adv, logp, old, mask, *grpo.clip_range(cfg))
+    grpo.update_stats(a, {}, ratio, adv, logp, old, torch.zeros_like(logp), mask, torch.ones(4), torch.tensor(1.0), cfg)
     a = a.result()
     pad = lambda x, v: torch.cat([x, torch.full((4, 3), v, dtype=x.dtype)], 1)  # noqa: E731  3 padding columns
     logp2, old2, mask2 = pad(logp, 5.0), pad(old, -5.0), pad(mask, False)
     _, _, ratio2 = grpo.grpo_loss(logp2, old2, None, adv, mask2, cfg)
     b = distributed.StepStats()
-    grpo.ratio_stats(b, ratio2, adv, logp2, old2, mask2, *grpo.clip_range(cfg))
+    grpo.update_stats(b, {}, ratio2, adv, logp2, old2, torch.zeros_like(logp2), mask2, torch.ones(4), torch.tensor(1.0),
+                      cfg)
     b = b.result()
     assert a["clip_frac"] > 0
     for k in a:

@@ -120,11 +120,11 @@ def test_kept_sampling_mask_makes_learner_and_sampler_agree_under_top_p():
 
 @pytest.mark.parametrize("name", list(grpo.RECIPES))
 def test_every_recipe_prints_its_resolved_flags(name):
-    out = subprocess.run([sys.executable, "train.py", "--recipe", name, "--print-config", "--lr", "0.5"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "train.py", "--recipe", name, "--print-config", "--max-grad-norm", "0.5"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     resolved = json.loads(out.stdout)
-    assert resolved["lr"] == 0.5  # an explicit flag wins
+    assert resolved["max_grad_norm"] == 0.5  # an explicit flag wins
     for key, value in grpo.RECIPES[name].items():
         assert resolved[key] == value, key
     _, args = train.parse_args(["--recipe", name])

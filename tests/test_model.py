@@ -30,17 +30,18 @@ def test_kv_cache_equals_full_recompute(model, kw):
     for use_cache in (True, False):
         g = torch.Generator().manual_seed(123)
         outs.append(generate(model, ps, 20, EOS, generator=g, use_cache=use_cache, **kw))
-    (tok_a, mask_a, logp_a), (tok_b, mask_b, logp_b) = outs
-    assert torch.equal(tok_a, tok_b) and torch.equal(mask_a, mask_b)
-    torch.testing.assert_close(logp_a, logp_b, rtol=1e-4, atol=1e-5)
+    a, b = outs
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.mask, b.mask)
+    torch.testing.assert_close(a.logp, b.logp, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(a.entropy, b.entropy, rtol=1e-4, atol=1e-5)
 
 
 def test_ragged_batch_equals_one_at_a_time(model):
     ps = prompts(2)
-    tokens, mask, _ = generate(model, ps, 15, EOS, greedy=True)
+    tokens, mask, *_ = generate(model, ps, 15, EOS, greedy=True)
     P = max(map(len, ps))
     for i, p in enumerate(ps):
-        one, _, _ = generate(model, [p], 15, EOS, greedy=True)
+        one = generate(model, [p], 15, EOS, greedy=True).tokens
         n = one.shape[1] - len(p)
         assert tokens[i, P:P + n].tolist() == one[0, len(p):].tolist()
         assert tokens[i, P - len(p):P].tolist() == p
@@ -58,7 +59,7 @@ def test_left_padding_does_not_change_logits(model):
 
 def test_eos_stops_rows_independently(model):
     ps = prompts(4, 8)
-    free, _, _ = generate(model, ps, 20, eos_id=63, greedy=True)  # 63 is never in the top: no stop
+    free = generate(model, ps, 20, eos_id=63, greedy=True).tokens  # 63 is never in the top: no stop
     P = max(map(len, ps))
     rows = free[:, P:].tolist()
 
@@ -66,7 +67,7 @@ def test_eos_stops_rows_independently(model):
         return [r.index(tok) if tok in r else None for r in rows]
     eos = max(set(sum(rows, [])), key=lambda tok: len(set(stops(tok))))  # rows stop at different places
     assert len(set(stops(eos))) >= 3
-    out, mask, _ = generate(model, ps, 20, eos_id=eos, greedy=True)
+    out, mask, *_ = generate(model, ps, 20, eos_id=eos, greedy=True)
     for i in range(len(ps)):
         row, gen = free[i, P:].tolist(), out[i, P:]
         stop = row.index(eos) if eos in row else None
@@ -77,9 +78,9 @@ def test_eos_stops_rows_independently(model):
 
 
 def test_seeded_sampling_is_reproducible(model):
-    a, _, _ = generate(model, prompts(5), 20, EOS, generator=torch.Generator().manual_seed(9))
-    b, _, _ = generate(model, prompts(5), 20, EOS, generator=torch.Generator().manual_seed(9))
-    c, _, _ = generate(model, prompts(5), 20, EOS, generator=torch.Generator().manual_seed(10))
+    a = generate(model, prompts(5), 20, EOS, generator=torch.Generator().manual_seed(9)).tokens
+    b = generate(model, prompts(5), 20, EOS, generator=torch.Generator().manual_seed(9)).tokens
+    c = generate(model, prompts(5), 20, EOS, generator=torch.Generator().manual_seed(10)).tokens
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 

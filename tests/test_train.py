@@ -137,7 +137,7 @@ def test_nan_guard_stops_with_the_step_and_keeps_the_checkpoint(warm, tmp_path, 
         return (logp * float("nan"), ent) if len(calls) == 3 else (logp, ent)
     monkeypatch.setattr(grpo, "token_logprobs", poisoned)
     with pytest.raises(SystemExit, match="step 3: non-finite loss"):
-        train.main(args_for(warm, tmp_path, "--steps", "5", "--save-every", "2"))
+        train.main(args_for(warm, tmp_path, "--steps", "5", "--save-every", "2", "--mu", "1"))  # one pass a step
     state = torch.load(tmp_path / "r" / "ckpt_latest.pt", weights_only=True)
     assert state["step"] == 2
     assert [r["step"] for r in read_metrics(str(tmp_path / "r"))] == [0, 1, 2]
