@@ -93,11 +93,30 @@ LESSONS = {  # lesson -> (experiments, check(their summaries for one seed) -> bo
 }
 
 
+def merge_flags(*flag_lists):
+    """One list of train.py flags, each flag once: a flag given in a later list replaces its
+    value from an earlier one, in the earlier one's place (`--steps 100` + `--steps 80` ->
+    `--steps 80`). A flag is a `--name` followed by its values, if any."""
+    merged = {}
+    for flags in flag_lists:
+        for token in flags:
+            if token.startswith("--"):
+                name = token
+                merged[name] = []
+            else:
+                merged[name].append(token)
+    return [x for name, values in merged.items() for x in (name, *values)]
+
+
+def train_flags(name, seed=None, extra=()):
+    """The train.py flags of one experiment: COMMON, the experiment's own, then extra."""
+    return merge_flags(COMMON, EXPERIMENTS[name][0], [] if seed is None else ["--seed", str(seed)], extra)
+
+
 def command(name, seed, runs_dir, extra=(), nproc=1):
-    flags, _ = EXPERIMENTS[name]
     # torchrun as `python -m torch.distributed.run`; --standalone: each run finds its own free port
     launch = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)] if nproc > 1 else []
-    return [sys.executable, *launch, "train.py", *COMMON, *flags, "--seed", str(seed), "--threads", "1", *extra,
+    return [sys.executable, *launch, "train.py", *train_flags(name, seed, ["--threads", "1", *extra]),
             "--runs-dir", os.path.join(runs_dir, name), "--run-name", f"seed{seed}"]
 
 
@@ -235,8 +254,8 @@ def parse_seeds(s):
 
 def main(args):
     if args.list:
-        for name, (flags, what) in EXPERIMENTS.items():
-            print(f"{name:21s} {what}\n{'':21s} python train.py {' '.join(COMMON + flags)}")
+        for name, (_, what) in EXPERIMENTS.items():
+            print(f"{name:21s} {what}\n{'':21s} python train.py {' '.join(train_flags(name))}")
         return
     names = list(EXPERIMENTS) if "all" in args.names else [n for n in args.names if n != "table"]
     for name in names:

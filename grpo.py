@@ -30,7 +30,7 @@ import torch
 import rewards
 from distributed import StepStats, everywhere_finite, global_mean, global_std, same_count, unwrap
 from kernels import linear_logprobs_and_entropy, token_logprobs_and_entropy
-from rollouts import concat_rollouts, group_rows, minibatch_rows, rollout, take_rows
+from rollouts import minibatch_rows, rollout, sample_batch
 
 
 def knob(group, default, help, choices=None, type=None):
@@ -165,12 +165,6 @@ def advantages(batch, cfg):
     return group_advantages(batch.rewards["total"], cfg.group_size, cfg.adv_norm)
 
 
-def zero_variance_groups(rewards, G):
-    """(n_groups,) bool: every completion of the group got the same reward (no signal)."""
-    r = rewards.view(-1, G)
-    return (r == r[:, :1]).all(1)
-
-
 # ---------------------------------------------------------------- 2. log-probs
 
 def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, support=None):
@@ -182,11 +176,9 @@ def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, 
     Temperature divides the logits. fused=True goes from hidden states straight to
     log-probs (kernels/linear_logprobs.py), so not even the (n, V) logits exist.
 
-    support (B, T, V) bool, DeepSeek-V3.2's "keep sampling mask": the log-probs are
-    taken over the tokens top-k / top-p left at sampling time (the rest set to -inf),
-    so pi and pi_old describe the distribution the sampler really drew from. It needs
-    the (n, V) logits and a (B, T, V) bool mask kept from sampling: one byte per logit,
-    2.6 MB for a step here (128 x 72 x 287), 1.5 GB per 10k tokens at Qwen's 151,936.
+    support (B, T, V) bool, DeepSeek-V3.2's "keep sampling mask": the log-probs are over
+    the tokens top-k / top-p left at sampling time (the rest -inf), the distribution the
+    sampler really drew from. It needs the (n, V) logits, and one byte per logit kept.
     """
     h = model(tokens[:, :-1], mask[:, :-1], hidden=True)  # (B, T, d)
     rows, targets = h[loss_mask], tokens[:, 1:][loss_mask]  # (n, d), (n,): completion positions only
@@ -201,16 +193,12 @@ def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, 
     return zeros.masked_scatter(loss_mask, logp), zeros.masked_scatter(loss_mask, ent)
 
 
-def learner_temperature(cfg):
-    """The temperature of every log-prob the loss sees: the sampler's, unless set apart."""
-    return cfg.temperature if cfg.learner_temperature is None else cfg.learner_temperature
-
-
 def batch_logprobs(model, batch, rows, loss_mask, cfg):
-    """(b, T) log-probs and entropies of some rows of a batch under model, as the learner sees them."""
+    """(b, T) log-probs and entropies of some rows of a batch under model, as the learner
+    sees them: at the sampler's temperature unless --learner-temperature sets its own."""
+    T = cfg.temperature if cfg.learner_temperature is None else cfg.learner_temperature
     support = None if batch.support is None else batch.support[rows]
-    return token_logprobs(model, batch.tokens[rows], batch.mask[rows], loss_mask[rows], learner_temperature(cfg),
-                          cfg.fused_head, support)
+    return token_logprobs(model, batch.tokens[rows], batch.mask[rows], loss_mask[rows], T, cfg.fused_head, support)
 
 
 # ---------------------------------------------------------------- 3. the objective
@@ -246,8 +234,7 @@ def clipped_objective(ratio, adv, eps_low, eps_high, dual_clip=0.0):
     The min is the pessimistic bound for both signs of A: for A > 0 the ratio stops
     earning once r > 1+eps_high, for A < 0 once r < 1-eps_low; outside the clip range
     the gradient is zero, and a ratio that moved the *wrong* way is never clipped.
-    Dual clip (c > 1): for A < 0 the objective is also bounded below by c * A, so one
-    very large ratio cannot produce an unbounded loss.
+    Dual clip (c > 1): for A < 0 the objective is also bounded below by c * A.
     """
     surr = torch.minimum(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
     if dual_clip > 0:
@@ -278,21 +265,22 @@ def cispo_objective(ratio, adv, logp, eps_low, eps_high):
 def kl_penalty(logp, ref_logp, estimator="k3"):
     """Estimators of KL(pi || pi_ref) from samples of pi (Schulman, "Approximating KL").
 
-    With log r = log pi_ref - log pi (clamped so exp cannot overflow):
+    With log r = log pi_ref - log pi:
       k1 = -log r                 unbiased, can be negative, high variance
       k2 = (log r)^2 / 2          biased, always >= 0
-      k3 = r - 1 - log r          unbiased, always >= 0, low variance (GRPO's choice)
+      k3 = r - 1 - log r          unbiased, always >= 0, low variance (GRPO's choice; r from
+                                  a clamped log r, so exp cannot overflow)
     "From samples of pi": the gradient of k1 is grad log pi, whose mean over samples of pi
     is zero. Over samples of another distribution q (a sampler at a lower temperature,
     or top-p) it is not: minimising k1 then lowers log pi where q draws, flattening pi.
     """
-    log_r = (ref_logp - logp).clamp(-20.0, 20.0)
+    log_r = ref_logp - logp
     if estimator == "k1":
         return -log_r
     if estimator == "k2":
         return 0.5 * log_r ** 2
     if estimator == "k3":
-        return torch.exp(log_r) - 1 - log_r
+        return torch.exp(log_r.clamp(max=20.0)) - 1 - log_r
     raise ValueError(f"unknown KL estimator {estimator!r}")
 
 
@@ -337,13 +325,11 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
 
 
 def tis_weights(old_logp, sampler_logp, cap):
-    """Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework
-    secretly brings you off-policy RL training"): the tokens were drawn from the
+    """Truncated importance sampling (Yao et al. 2025): the tokens were drawn from the
     sampler's distribution (after temperature, top-k, top-p; on GPU often in another
     precision), not from the learner's pi_old. Each token's policy-gradient term is
-    re-weighted towards the learner, with the weight capped so that a rare token
-    cannot blow up the update:   w_t = min(pi_old(y_t) / pi_sampler(y_t), C)
-    (B, T), no gradient. cap <= 0: all ones.
+    re-weighted towards the learner, capped so that a rare token cannot blow up the
+    update: w_t = min(pi_old(y_t) / pi_sampler(y_t), C), (B, T), no gradient; cap <= 0: ones.
     """
     if cap <= 0:
         return torch.ones_like(old_logp)
@@ -366,11 +352,8 @@ def off_policy_keep(logp, sampler_logp, adv, mask, delta):
 
 def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg, entropy=None, token_weight=None):
     """The GRPO objective, to be minimised, on (B, T) token log-probs; mask (B, T) marks
-    the completion tokens (prompt and padding never count). token_weight (B, T) scales
-    each token's policy-gradient term (truncated importance sampling); entropy (B, T)
-    is needed for the entropy bonus.
-
-    Returns (loss, its terms as tensors, ratio (B, T) or (B, 1)).
+    the completion tokens. token_weight (B, T) scales each token's policy-gradient term
+    (TIS); entropy (B, T) is for the entropy bonus. -> (loss, {term: tensor}, ratio).
     """
     eps_low, eps_high = clip_range(cfg)
     A = adv[:, None]  # (B, 1): every token of a completion shares its advantage
@@ -455,33 +438,6 @@ def batch_stats(stats, batch, adv, zero, old_logp, loss_mask):
 
 
 # ---------------------------------------------------------------- 5. one GRPO step
-
-def sample_batch(model, enc, next_problems, n_prompts, cfg, generator):
-    """Rollouts for n_prompts prompts. With dynamic sampling, groups without reward
-    variance are dropped and more prompts drawn, up to max_sampling_rounds rounds.
-
-    Under torchrun n_prompts is this rank's share: each rank fills its own quota (its
-    rounds need no other rank), so together they fill the global batch.
-    Returns (Rollouts, (n_groups_sampled,) bool: which of all the groups this rank
-    sampled had no reward variance, kept or not).
-    """
-    G, parts, kept, zeros = cfg.group_size, [], 0, []
-    for _ in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
-        part = rollout(model, enc, [next_problems() for _ in range(n_prompts)], cfg, generator)
-        zero = zero_variance_groups(part.rewards["total"], G)
-        zeros.append(zero)
-        if not cfg.dynamic_sampling:
-            return part, zero
-        keep = ~zero & (torch.cumsum((~zero).long(), 0) <= n_prompts - kept)  # fill, no more
-        if keep.any():
-            parts.append(take_rows(part, group_rows(keep, G)))
-            kept += int(keep.sum())
-        if kept == n_prompts:
-            break
-    # Out of rounds: train on what was kept (a smaller batch); if nothing, on the last
-    # round as sampled (all advantages are zero then, only the KL term acts).
-    return concat_rollouts(parts or [part]), torch.cat(zeros)
-
 
 def optimizer_step(model, opt, loss, max_grad_norm):
     """Backward, clip the gradient norm, step. Raises FloatingPointError before the step

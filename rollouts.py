@@ -4,8 +4,9 @@
 
 `Rollouts` declares, once and with shapes, everything a GRPO step reads about its
 samples; the target shift (`tokens[:, 1:]`, the completion mask) is done here, once.
-The rest is row plumbing for grpo.py: keeping whole groups (dynamic sampling),
-stacking rounds of different lengths, splitting a batch into minibatches of groups.
+Then the row plumbing for grpo.py (keeping whole groups, stacking rounds of different
+lengths, splitting a batch into minibatches of groups), and at the end `sample_batch`,
+one step's rollouts with DAPO's dynamic sampling (keep only groups whose rewards differ).
 """
 from dataclasses import dataclass, fields
 
@@ -110,3 +111,33 @@ def group_rows(keep, G):
 def minibatch_rows(B, G, K):
     """K lists of row indices, each of whole groups, in order, together covering the batch."""
     return [group_rows(torch.isin(torch.arange(B // G), chunk), G) for chunk in torch.arange(B // G).chunk(K)]
+
+
+def zero_variance_groups(rewards, G):
+    """(n_groups,) bool: every completion of the group got the same reward (no signal)."""
+    r = rewards.view(-1, G)
+    return (r == r[:, :1]).all(1)
+
+
+def sample_batch(model, enc, next_problems, n_prompts, cfg, generator):
+    """Rollouts for n_prompts prompts (under torchrun, this rank's share). With dynamic
+    sampling (DAPO), groups without reward variance are dropped and more prompts drawn,
+    up to max_sampling_rounds rounds. Returns (Rollouts, (n_groups_sampled,) bool: which
+    of all the groups sampled had no reward variance, kept or not).
+    """
+    G, parts, kept, zeros = cfg.group_size, [], 0, []
+    for _ in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
+        part = rollout(model, enc, [next_problems() for _ in range(n_prompts)], cfg, generator)
+        zero = zero_variance_groups(part.rewards["total"], G)
+        zeros.append(zero)
+        if not cfg.dynamic_sampling:
+            return part, zero
+        keep = ~zero & (torch.cumsum((~zero).long(), 0) <= n_prompts - kept)  # fill, no more
+        if keep.any():
+            parts.append(take_rows(part, group_rows(keep, G)))
+            kept += int(keep.sum())
+        if kept == n_prompts:
+            break
+    # Out of rounds: train on what was kept (a smaller batch); if nothing, on the last
+    # round as sampled (all advantages are zero then, only the KL term acts).
+    return concat_rollouts(parts or [part]), torch.cat(zeros)

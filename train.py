@@ -1,30 +1,23 @@
-"""Train a reasoning policy with GRPO: the command line users run.
+"""Train a reasoning policy with GRPO: the command line of laptop-grpo.
 
-    python train.py                              # warm start (once, cached) + GRPO, ~3 min on 2 CPU cores
-    python train.py --clip 0.2 --kl 0.0 --mu 2 --run-name clip
-    python train.py --resume runs/clip           # continue after an interruption
-    python plot.py runs/clip                     # the chapter's panels
+    python train.py                              # GRPO from the shipped warm start, about a minute on a laptop CPU
+    python train.py --clip 0.2 --kl 0.0 --run-name mine
+    python train.py --recipe book --print-config # the resolved flags of a recipe, without training
+    python train.py --resume runs/mine           # continue after an interruption (or for longer: --steps N)
     torchrun --nproc-per-node 2 train.py         # 2 processes (ranks), one CPU core or GPU each
 
-Each step: sample G answers for each of --prompts-per-step problems, score them, and
-update the policy (grpo.grpo_step). Every --eval-every steps (and at step 0) the policy
+Each step samples G answers for each of --prompts-per-step problems, scores them and
+updates the policy (grpo.grpo_step). Every --eval-every steps (and at step 0) the policy
 answers the fixed held-out set greedily. Everything lands in runs/<name>/:
     config.json      every resolved flag, package versions, device
     metrics.jsonl    one JSON object per step (eval_acc on eval steps)
     samples.jsonl    a few prompts with completions and rewards every --samples-every steps
     ckpt_latest.pt   model + optimizer, for --resume; ckpt_step<N>.pt at each eval
-
-Crash safety: checkpoints are written to a temp file and renamed; one flushed line per
-step; on resume, metrics lines after the checkpoint's step are dropped, so after a
-`kill -9` at any moment the file has no duplicate and no missing step. The problems and
-the sampling noise of step s are seeded by (seed, s), so a resumed run draws the same
-problems and samples as an uninterrupted one.
-
-Many processes (torchrun, distributed.py): each of N ranks samples prompts_per_step / N
-whole groups, seeded by (seed, s, rank), so a run repeats exactly for a given N; the model
-is wrapped in DDP for the training forward, which averages the gradients, and grpo.py
-makes every normaliser and statistic global. Only rank 0 writes the run folder;
-evaluation is split over the ranks. Rank 0 of one process is today's single run.
+Crash safety: checkpoints are written to a temp file and renamed, one flushed line per
+step, and a resume drops metrics lines after the checkpoint's step, so a `kill -9` at any
+moment leaves no gap or duplicate. Step s's problems and sampling noise are seeded by
+(seed, s) (and the rank), so a resumed run repeats the uninterrupted one exactly. Under
+torchrun only rank 0 writes the run folder (distributed.py says how the ranks agree).
 """
 import argparse
 import contextlib

@@ -6,9 +6,10 @@ import torch
 
 import distributed
 import grpo
+import rollouts
 import tasks
 from grpo import (GRPOConfig, aggregate, clipped_objective, group_advantages, grpo_loss, kl_penalty,
-                  policy_ratio, zero_variance_groups)
+                  policy_ratio)
 
 
 def surrogate_and_grad(r, A, eps_low=0.2, eps_high=0.2, dual=0.0):
@@ -54,6 +55,9 @@ def test_kl_of_policy_to_itself_is_zero_and_k3_nonnegative():
     assert (kl_penalty(logp, other, "k3") >= 0).all()
     assert (kl_penalty(logp, other, "k2") >= 0).all()
     assert torch.isfinite(kl_penalty(torch.zeros(1), torch.tensor([1e4]), "k3")).all()  # clamped, no overflow
+    far = torch.tensor([-60.0], requires_grad=True)  # a summed sequence log-prob 60 nats below the reference's
+    kl_penalty(far, torch.zeros(1), "k1").backward()
+    assert far.grad.item() == 1.0  # k1 = log pi - log pi_ref is never clamped: its gradient never vanishes
     lr = torch.tensor([0.3])  # hand values for log(pi_ref/pi) = 0.3
     assert kl_penalty(torch.zeros(1), lr, "k1").item() == pytest.approx(-0.3)
     assert kl_penalty(torch.zeros(1), lr, "k2").item() == pytest.approx(0.045)
@@ -161,7 +165,7 @@ def test_clip_fraction_counts_the_clipped_side():
 
 def test_zero_variance_groups():
     r = torch.tensor([1.0, 1, 0, 1, 0, 0, 0, 0, 2, 2, 2, 2])
-    assert zero_variance_groups(r, 4).tolist() == [False, True, True]
+    assert rollouts.zero_variance_groups(r, 4).tolist() == [False, True, True]
 
 
 # ---------------------------------------------------------------- with a model
@@ -171,10 +175,10 @@ def test_dynamic_sampling_keeps_only_groups_with_variance(enc, tiny_model, digit
     model = tiny_model()
     stream = tasks.problems("easy", 0)
     cfg = GRPOConfig(group_size=4, max_new_tokens=3, dynamic_sampling=True, max_sampling_rounds=4, temperature=3.0)
-    batch, zero = grpo.sample_batch(model, enc, lambda: next(stream), 8, cfg, torch.Generator().manual_seed(0))
+    batch, zero = rollouts.sample_batch(model, enc, lambda: next(stream), 8, cfg, torch.Generator().manual_seed(0))
     B = len(batch.rewards["total"])
     assert B % 4 == 0 and B <= 32
-    assert not zero_variance_groups(batch.rewards["total"], 4).any()
+    assert not rollouts.zero_variance_groups(batch.rewards["total"], 4).any()
     assert zero.any() and len(zero) > 8 and len(zero) % 8 == 0  # another round was sampled for the dropped groups
     assert batch.tokens.shape[0] == batch.loss_mask.shape[0] == len(batch.texts) == len(batch.problems) == B
 
