@@ -63,7 +63,7 @@ class GRPOConfig:
     dynamic_sampling: bool = knob("advantages and sampling", False, "DAPO: drop groups with equal rewards, draw more")
     max_sampling_rounds: int = knob("advantages and sampling", 3, "rollout rounds per step with dynamic sampling")
     # objective
-    mu: int = knob("objective", 1, "epochs: updates over each step's rollouts (the ratio leaves 1 from the second)")
+    mu: int = knob("objective", 2, "epochs: updates over each step's rollouts (the ratio leaves 1 from the second)")
     minibatches: int = knob("objective", 1, "K: optimizer steps per epoch, each on 1/K of the groups (K * mu per step)")
     resample_epochs: bool = knob("objective", False, "each epoch after the first samples fresh answers to the same "
                                  "prompts from a frozen copy of pi_old (the book's --inner_epochs)")

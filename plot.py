@@ -22,13 +22,14 @@ is drawn as one line, the mean over its seeds at the steps every seed logged, in
 band from the smoothed minimum to the smoothed maximum over seeds (eval metrics: the
 mean with markers in the unsmoothed min..max band, instead of bars).
 
-Panel groups (`--panels`, default all four; `kl` is skipped when no run logged kl):
+Panel groups (`--panels`, default all; `kl` and `sampler` are skipped without their data):
     basic     loss, reward, response length, eval accuracy (the chapter's 2x2 figure)
     advanced  reward, advantage mean, advantage std, entropy
     clip      clip fraction (low/high side, or total) and the ratio mean with its
               min..max band
     kl        KL to the reference policy
-`--metrics a,b,c` instead draws one figure with one subplot per named key.
+    sampler   the learner's entropy beside the sampler's, and the sampler-learner gap
+`--metrics a,b+c` instead draws one figure with one subplot per name (`b+c`: both keys in one).
 
 Every line series is drawn twice: the raw values faint, and a trailing moving average
 on top. The window at the i-th point (0-based) is the last w_i = max(1, floor(s*(i+1)))
@@ -84,6 +85,10 @@ PANELS = {
     ],
     "kl": [
         ("KL to reference", "line", ["kl"]),
+    ],
+    "sampler": [  # the sampler-learner gap: a learner that flattens while the sampler hides it
+        ("entropy: learner (solid), sampler (dashed)", "line", ["entropy", "sampler_entropy"]),
+        ("sampler-learner gap |log pi_old - log pi_sampler|", "line", ["sampler_gap"]),
     ],
 }
 FIGSIZE = {1: (6, 3.6), 2: (10, 3.6), 4: (9, 6.5)}  # inches, by number of subplots
@@ -365,8 +370,9 @@ def make_figure(runs, subplots, frac, suptitle, path):
 
 
 def metric_subplots(names):
-    """--metrics: one subplot per key; eval_* keys are per-eval-step fractions, as bars."""
-    return [(k, "bars" if k.startswith("eval_") else "line", [k]) for k in names]
+    """--metrics: one subplot per name; `a+b` draws keys a and b in one subplot (solid,
+    dashed); eval_* keys are per-eval-step fractions, as bars."""
+    return [(k, "bars" if k.startswith("eval_") else "line", k.split("+")) for k in names]
 
 
 def output_paths(groups, out, first_run):
@@ -397,9 +403,11 @@ def main(args):
         groups = {"metrics": metric_subplots(names)}
     else:
         chosen = split_list(args.panels)
-        # kl only exists when a KL penalty was used: skip it unless asked for by name
+        # kl only exists when a KL penalty was used (sampler_entropy in runs of older code):
+        # skip them unless asked for by name
         if args.panels == "all" or not chosen:
-            chosen = [g for g in PANELS if g != "kl" or has_data(runs, "kl")]
+            chosen = [g for g in PANELS if (g != "kl" or has_data(runs, "kl"))
+                      and (g != "sampler" or has_data(runs, "sampler_entropy"))]
         groups = {g: PANELS[g] for g in chosen}
     paths = output_paths(list(groups), args.out, args.runs[0])
     written = []
