@@ -2,21 +2,22 @@
 
     python experiments.py --list                      # each experiment and its exact train.py flags
     python experiments.py clip                        # one experiment, seed 0 -> runs/exp/clip/seed0
-    python experiments.py unstable unstable_clip --seeds 0,1,2 --jobs 2
+    python experiments.py naive_kl --seeds 0,1,2 --jobs 2   # a lesson: its experiments, 3 seeds, 2 at a time
     python experiments.py all --seeds 0,1,2 --jobs 2  # the whole suite, then figures and table
-    python experiments.py table                       # only re-make figures/ and print the table
-    python experiments.py table --readme README.md    # ... and write the table into the README
-    python experiments.py clip --nproc 2              # each run under torchrun, 2 processes (train.py's ranks)
+    python experiments.py table --write EXPERIMENTS.md   # re-make figures/, write the table into the file
 
 Each experiment is a list of train.py flags on top of COMMON (a flag given again in the
-experiment wins), run as `python train.py ...` in a subprocess, so what you see here is
-exactly what you would type. `--jobs 2` runs two independent runs side by side, one CPU
-thread each, which is how a 2-core machine is used fully; `--nproc 2` instead runs each
-run as `torchrun --standalone --nproc-per-node 2 train.py ...` (one run, two cores). Each question of the chapter
-gets one figure (COMPARISONS), drawn by plot.py as the mean over seeds with a min..max
-band. The table is computed from the run folders, never typed: mean +- std over seeds.
-LESSONS states each of the chapter's claims as a check on the runs, and the table
-says in how many seeds it held.
+experiment replaces COMMON's), run as `python train.py ...` in a subprocess, so what
+--list prints is exactly what you would type. `--jobs 2` runs two runs side by side, one
+CPU thread each; `--nproc 2` runs each one under torchrun on two processes instead. Each
+question gets one figure (COMPARISONS), drawn by plot.py as the mean over seeds with a
+min..max band. The table is computed from the run folders, never typed: mean +- std
+over seeds, then each lesson (LESSONS) checked seed by seed, with the step at which
+each metric first moved (`first_moves`).
+
+The lessons run the book's own algorithm (`--recipe book`, one prompt per step, 500
+steps as the chapter's runs); the comparisons of GRPO's variants run our default
+(16 prompts per step, 100 steps).
 """
 import argparse
 import math
@@ -28,68 +29,82 @@ import time
 import plot
 
 COMMON = ["--steps", "100", "--eval-every", "10"]
-EXPERIMENTS = {
+BOOK = ["--recipe", "book", "--steps", "500", "--eval-every", "50"]  # the book's regime, as long as its runs
+EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
+    # our default regime: GRPO's variants, each against the baseline
     "baseline": (["--clip", "inf", "--mu", "1", "--kl", "0"], "GRPO without clipping, one update per batch, no KL"),
-    "clip": (["--clip", "0.2", "--mu", "2"], "clipped ratio, eps 0.2, two updates per batch (ratio != 1)"),
+    "clip": (["--clip", "0.2", "--mu", "2"], "the default: clipped ratio, eps 0.2, two updates per batch"),
     "kl_k3": (["--kl", "1.0", "--kl-estimator", "k3"], "KL to the warm start, k3 per token, beta 1"),
     "kl_naive": (["--kl", "1.0", "--kl-estimator", "k1", "--kl-level", "sequence"],
-                 "the book's naive KL: k1 on summed sequence log-probs, beta 1"),
+                 "the book's naive KL (k1 on summed log-probs, beta 1), sampler = learner"),
     "format": (["--format-weight", "0.5"], "reward = correct + 0.5 * format"),
     "format_gated": (["--format-weight", "0.5", "--gated"], "format bonus only for correct answers"),
-    "dapo": (["--mu", "2", "--clip", "0.2", "--clip-high", "0.28", "--loss-agg", "token_mean", "--dynamic-sampling",
-              "--kl", "0"], "DAPO: clip-higher 0.28, token-mean loss, dynamic sampling, no KL"),
-    "drgrpo": (["--adv-norm", "none", "--loss-agg", "constant"], "Dr. GRPO: no std normalisation, constant normaliser"),
-    "gspo": (["--mu", "2", "--ratio-level", "gspo", "--clip", "3e-4", "--clip-high", "4e-4"],
-             "GSPO: sequence-level ratio (length-normalised), eps 3e-4 / 4e-4 as in the paper"),
-    # the chapter's list of improvements (grpo.py, off-policy corrections; README, "Recipes")
+    "format_gdpo": (["--format-weight", "0.5", "--reward-norm", "norm_then_sum"],
+                    "format bonus 0.5, each reward term normalised in its group first (GDPO)"),
+    "dapo": (["--recipe", "dapo"], "DAPO: clip-higher, token-mean loss, dynamic sampling, overlong penalty"),
+    "drgrpo": (["--recipe", "drgrpo"], "Dr. GRPO: no std normalisation, constant normaliser"),
+    "gspo": (["--recipe", "gspo"], "GSPO: length-normalised sequence ratio, eps 3e-4 / 4e-4"),
+    "cispo": (["--recipe", "cispo"], "CISPO: clipped importance weights, every token keeps a gradient"),
     "topp": (["--top-p", "0.9"], "nucleus sampling: the sampler drops the tail the learner still has"),
     "topp_tis": (["--top-p", "0.9", "--tis-cap", "2"], "... with truncated importance sampling, C = 2"),
     "topp_keepmask": (["--top-p", "0.9", "--keep-sampling-mask"], "... with the learner on the sampler's support"),
-    "format_gdpo": (["--format-weight", "0.5", "--reward-norm", "norm_then_sum"],
-                    "format bonus 0.5, each reward term normalised in its group first (GDPO)"),
     "entropy_bonus": (["--entropy-coef", "0.02"], "an entropy bonus, alpha 0.02"),
     "olmo3": (["--recipe", "olmo3"], "the book's OLMo 3 style recipe (items 1-7)"),
     "deepseek_v32": (["--recipe", "deepseek_v32"], "the book's DeepSeek-V3.2 style recipe (items 8-12)"),
-    # the chapter's lessons, in a stress regime found by a sweep (README, "The chapter's lessons")
-    "unstable": (["--lr", "3e-4", "--mu", "4", "--clip", "inf", "--kl", "0", "--steps", "80"],
-                 "no clipping, no KL, 4 updates per rollout at lr 3e-4: far off-policy"),
-    "unstable_clip": (["--lr", "3e-4", "--mu", "4", "--clip", "0.2", "--kl", "0", "--steps", "80"],
-                      "the same with the ratio clipped at eps 0.2"),
-    "format_exploit": (["--format-weight", "1.0", "--max-new-tokens", "26", "--steps", "200", "--eval-every", "20"],
-                       "a format bonus worth a right answer; 26 tokens do not fit every 3-step reasoning"),
-    "format_exploit_gated": (["--format-weight", "1.0", "--max-new-tokens", "26", "--steps", "200", "--eval-every", "20",
-                              "--gated"], "the same bonus paid only for right answers"),
+    # the book's regime (grpo.RECIPES["book"]): the chapter's lessons
+    "book_kl": (BOOK, "the book's 7_5_plus_kl.py: sampled at T 0.8 / top-p 0.9, scored at T 1, k1 KL"),
+    "book_kl_matched": ([*BOOK, "--learner-temperature", "0.8"], "... the learner at the sampler's temperature"),
+    "book_kl_keepmask": ([*BOOK, "--learner-temperature", "0.8", "--keep-sampling-mask"],
+                         "... and on the sampler's top-p support: learner = sampler"),
+    "book_kl_k3": ([*BOOK, "--kl-estimator", "k3", "--kl-level", "token"], "... with k3 per token instead of k1"),
+    "book_kl_onpolicy": ([*BOOK, "--mu", "1"], "the book's original GRPO: one update per step, k1 KL"),
+    "book_nokl": ([*BOOK, "--kl", "0"], "the book's 7_4_plus_clip_ratio.py: no KL"),
+    "book_onpolicy": ([*BOOK, "--kl", "0", "--mu", "1"], "the book's 7_3_plus_tracking.py: one update, no KL, no clip"),
+    "book_noclip": ([*BOOK, "--kl", "0", "--mu", "4", "--clip", "inf"],
+                    "4 inner epochs sampled from the frozen copy, no clipping: far off-policy"),
+    "book_ppo_clip": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "ppo", "--ratio-level", "token", "--clip", "0.2"],
+                      "... with PPO's clip at 0.2 per token instead"),
+    "book_format": ([*BOOK, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight", "1"],
+                    "the book's 7_6_plus_format_reward.py: <think> before </think> is worth a right answer"),
+    "book_format_gated": ([*BOOK, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight", "1", "--gated"],
+                          "... the bonus paid only for right answers"),
 }
-COMPARISONS = {  # figure name -> (experiments, metrics to draw)
+COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in one subplot)
     "clip": (["baseline", "clip"], "eval_acc,reward,entropy,clip_frac"),
     "kl": (["baseline", "kl_k3", "kl_naive"], "eval_acc,reward,kl,entropy,resp_len"),
-    "format": (["baseline", "format", "format_gated"], "eval_acc,reward_correct,reward_format,resp_len"),
-    "modern": (["baseline", "dapo", "drgrpo", "gspo"], "eval_acc,reward,entropy,resp_len,clip_frac,zero_std_frac"),
+    "format": (["baseline", "format", "format_gated", "format_gdpo"], "eval_acc,reward_correct,reward_format,resp_len"),
+    "modern": (["baseline", "dapo", "drgrpo", "gspo", "cispo"], "eval_acc,reward,entropy,resp_len,clip_frac,zero_std_frac"),
     "sampler": (["baseline", "topp", "topp_tis", "topp_keepmask"], "eval_acc,sampler_gap,tis_weight_max,entropy"),
-    "gdpo": (["format", "format_gdpo"], "eval_acc,reward_correct,reward_format,resp_len"),
     "entropy": (["baseline", "entropy_bonus"], "eval_acc,entropy,resp_len,reward"),
     "recipes": (["baseline", "olmo3", "deepseek_v32"], "eval_acc,reward,entropy,resp_len,clip_frac,kl"),
-    "instability": (["unstable", "unstable_clip"], "eval_acc,entropy,resp_len,ratio_max,clip_frac,ppo_kl"),
-    "format_exploit": (["format_exploit", "format_exploit_gated"],
-                       "eval_acc,reward_correct,reward_format,resp_len,truncated_frac,entropy"),
+    "book_kl": (["book_kl", "book_kl_matched", "book_kl_keepmask", "book_kl_k3", "book_kl_onpolicy"],
+                "eval_acc,kl,entropy+sampler_entropy,sampler_gap,resp_len,truncated_frac"),
+    "book_clip": (["book_onpolicy", "book_nokl", "book_noclip", "book_ppo_clip"],
+                  "eval_acc,ratio_max,clip_frac,entropy+sampler_entropy,ppo_kl,resp_len"),
+    "book_format": (["book_format", "book_format_gated", "book_onpolicy"],
+                    "eval_acc,reward_correct,reward_format,entropy+sampler_entropy,resp_len,truncated_frac"),
 }
 
-def falls(run, points=0.10):
-    """Greedy accuracy ended at least `points` below its own peak."""
-    return run["peak"] - run["final"] >= points
+
+def collapses(run):
+    """Greedy accuracy ended below half of its own peak."""
+    return run["final"] < 0.5 * run["peak"]
+
+
+def holds(run):
+    """Greedy accuracy ended above three quarters of its own peak."""
+    return run["final"] > 0.75 * run["peak"]
 
 
 LESSONS = {  # lesson -> (experiments, check(their summaries for one seed) -> bool, the claim checked)
-    "instability": (["unstable", "unstable_clip"],
-                    lambda b, c: falls(b) and not falls(c, 0.05) and c["final"] - b["final"] >= 0.10,
-                    "without clipping accuracy falls >= 10 points from its peak; clipped ends within 5 of "
-                    "its peak and >= 10 above"),
-    "format exploit": (["format_exploit", "format_exploit_gated"],
-                       lambda u, g: u["reward_format"] > u["reward_format_start"] and falls(u) and not falls(g, 0.05),
-                       "ungated: format reward rises while accuracy falls >= 10 points from its peak; gated "
-                       "stays within 5 of its peak"),
-    "naive KL": (["kl_naive", "kl_k3"], lambda n, k: falls(n) and not falls(k, 0.05),
-                 "the book's k1 on summed log-probs falls >= 10 points from its peak; k3 per token stays within 5"),
+    "naive_kl": (["book_kl", "book_kl_k3"], lambda k1, k3: collapses(k1) and holds(k3),
+                 "the book's k1 on summed log-probs collapses (ends below half its peak); k3 per token holds "
+                 "(ends above 3/4 of its peak)"),
+    "instability": (["book_noclip", "book_ppo_clip"], lambda noclip, clip: collapses(noclip) and holds(clip),
+                    "4 epochs from the frozen copy without clipping collapse; PPO's clip at 0.2 holds"),
+    "format_exploit": (["book_format", "book_format_gated"],
+                       lambda u, g: u["reward_format"] > 0.9 and collapses(u) and holds(g),
+                       "ungated, the format reward exceeds 0.9 while accuracy collapses; gated holds"),
 }
 
 
@@ -172,15 +187,47 @@ def mean(xs):
 
 
 def run_summary(rows):
-    """Numbers of one run: eval accuracy at start / end / peak, and averages of the last 10 steps."""
+    """Numbers of one run: eval accuracy at start / end / peak (and its step), averages of
+    the last 10 steps, and the steps at which its metrics first moved."""
     steps = [r for r in rows if r.get("step", 0) > 0]
-    evals = [r["eval_acc"] for r in rows if "eval_acc" in r]
+    evals = [(r["step"], r["eval_acc"]) for r in rows if "eval_acc" in r]
     head, tail = steps[:10], steps[-10:]
-    out = {"start": evals[0], "final": evals[-1], "peak": max(evals)} if evals else {}
+    out = {}
+    if evals:
+        peak_step, peak = max(evals, key=lambda e: e[1])
+        out = {"start": evals[0][1], "final": evals[-1][1], "peak": peak, "peak_step": peak_step}
     for key in ("reward", "entropy", "resp_len", "clip_frac", "kl", "reward_format", "sampler_gap"):
         out[key] = mean(r.get(key) for r in tail)
     out["reward_format_start"] = mean(r.get("reward_format") for r in head)
     out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
+    out["moves"] = first_moves(rows)
+    return out
+
+
+MOVERS = [("kl", 2.0), ("entropy", 2.0), ("sampler_gap", 2.0), ("resp_len", 1.25)]  # (metric, factor)
+
+
+def first_moves(rows, window=10):
+    """{metric: the first step at which it moved, or None}: accuracy when an eval is 10
+    points below the best eval so far; each of MOVERS when its trailing `window`-step
+    mean first reaches `factor` times the lowest such mean before it (absolute values:
+    k1 can be negative). Read in order, they say what moved first."""
+    out, best = {"eval_acc": None}, -1.0
+    for r in rows:
+        if "eval_acc" in r:
+            if out["eval_acc"] is None and r["eval_acc"] <= best - 0.10:
+                out["eval_acc"] = r["step"]
+            best = max(best, r["eval_acc"])
+    for key, factor in MOVERS:
+        out[key] = None
+        logged = [(r["step"], abs(r[key])) for r in rows if r.get("step", 0) > 0 and plot.is_number(r.get(key))]
+        lowest = math.inf
+        for i in range(window - 1, len(logged)):
+            m = sum(v for _, v in logged[i - window + 1:i + 1]) / window
+            if m >= factor * lowest and m > 0:
+                out[key] = logged[i][0]
+                break
+            lowest = min(lowest, m)
     return out
 
 
@@ -202,7 +249,7 @@ COLUMNS = [("start", "eval start", "{:.1%}"), ("final", "final", "{:.1%}"), ("pe
 
 
 def table(runs_dir):
-    """Markdown: one row per experiment, mean ± std over its seeds; then the lessons, seed by seed."""
+    """Markdown: one row per experiment, mean ± std over its seeds; then each lesson, seed by seed."""
     lines = ["| experiment | seeds | " + " | ".join(c[1] for c in COLUMNS) + " |",
              "|---|---|" + "---|" * len(COLUMNS)]
     summaries = {}
@@ -214,30 +261,42 @@ def table(runs_dir):
                            for d in dirs}
         s = list(summaries[name].values())
         lines.append(f"| {name} | {len(s)} | " + " | ".join(mean_std([x.get(k) for x in s], f) for k, _, f in COLUMNS) + " |")
-    lessons = lesson_lines(summaries)
-    return "\n".join(lines + ([""] + lessons if lessons else []))
+    return "\n".join(lines + lesson_tables(summaries))
 
 
-def lesson_lines(summaries):
+def moved(run):
+    """The first movers of a run in the order they moved: 'kl 90, eval_acc 100, ...'."""
+    found = sorted((step, key) for key, step in run["moves"].items() if step is not None)
+    return ", ".join(f"{key} {step}" for step, key in found) or "nothing moved"
+
+
+def lesson_tables(summaries):
+    """Each lesson whose experiments have runs: the claim, in how many seeds it held, and
+    per seed each experiment's peak (step) -> final accuracy and what moved first."""
     out = []
     for lesson, (names, check, claim) in LESSONS.items():
         if not all(n in summaries for n in names):
             continue
         seeds = sorted(set.intersection(*(set(summaries[n]) for n in names)), key=lambda s: int(s[4:]))
         held = [s for s in seeds if check(*(summaries[n][s] for n in names))]
-        out.append(f"- **{lesson}** ({claim}): held in {len(held)} of {len(seeds)} seeds"
-                   + (f" (not in {', '.join(s for s in seeds if s not in held)})" if len(held) < len(seeds) else ""))
+        out += ["", f"**{lesson}** ({claim}): held in {len(held)} of {len(seeds)} seeds", "",
+                "| seed | " + " | ".join(f"{n}: peak (step) -> final" for n in names) + " | held | what moved first in "
+                + names[0] + " |", "|---|" + "---|" * (len(names) + 2)]
+        for s in seeds:
+            runs = [summaries[n][s] for n in names]
+            cells = [f"{r['peak']:.1%} ({r['peak_step']}) -> {r['final']:.1%}" for r in runs]
+            out.append(f"| {s[4:]} | " + " | ".join(cells) + f" | {'yes' if s in held else 'no'} | {moved(runs[0])} |")
     return out
 
 
-def write_into_readme(path, text):
-    """Replace what stands between the two table markers of the README with text."""
+def write_between_markers(path, text):
+    """Replace what stands between the file's two table markers with text."""
     begin, end = "<!-- experiments table: begin -->", "<!-- experiments table: end -->"
     with open(path) as f:
-        readme = f.read()
-    if begin not in readme or end not in readme:
+        doc = f.read()
+    if begin not in doc or end not in doc:
         raise SystemExit(f"experiments.py: error: {path} has no '{begin}' ... '{end}' markers")
-    head, rest = readme.split(begin, 1)
+    head, rest = doc.split(begin, 1)
     with open(path, "w") as f:
         f.write(head + begin + "\n" + text + "\n" + end + rest.split(end, 1)[1])
 
@@ -257,11 +316,16 @@ def main(args):
         for name, (_, what) in EXPERIMENTS.items():
             print(f"{name:21s} {what}\n{'':21s} python train.py {' '.join(train_flags(name))}")
         return
-    names = list(EXPERIMENTS) if "all" in args.names else [n for n in args.names if n != "table"]
-    for name in names:
-        if name not in EXPERIMENTS:
-            raise SystemExit(f"experiments.py: error: unknown experiment {name!r}; choose from all, table, "
-                             f"{', '.join(EXPERIMENTS)}")
+    names = []  # experiments to run, in order, each once: 'all', lesson names and experiment names
+    for name in args.names:
+        if name == "table":
+            continue
+        found = list(EXPERIMENTS) if name == "all" else LESSONS[name][0] if name in LESSONS else [name]
+        for n in found:
+            if n not in EXPERIMENTS:
+                raise SystemExit(f"experiments.py: error: unknown experiment {n!r}; choose from all, table, "
+                                 f"{', '.join(LESSONS)}, {', '.join(EXPERIMENTS)}")
+            names += [n] if n not in names else []
     if names:
         t0 = time.time()
         run_all([command(n, s, args.runs_dir, args.extra, args.nproc) for n in names for s in args.seeds], args.jobs)
@@ -269,24 +333,26 @@ def main(args):
     figures(args.runs_dir, args.figures)
     text = table(args.runs_dir)
     print(text)
-    if args.readme:
-        write_into_readme(args.readme, text)
+    if args.write:
+        write_between_markers(args.write, text)
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="Run the chapter's GRPO experiments and compare them.")
-    ap.add_argument("names", nargs="*", default=[], help=f"all, table, or experiments: {', '.join(EXPERIMENTS)}")
+    ap.add_argument("names", nargs="*", default=[],
+                    help=f"all, table, lessons ({', '.join(LESSONS)}) or experiments: {', '.join(EXPERIMENTS)}")
     ap.add_argument("--seeds", type=parse_seeds, default=[0], help="comma-separated seeds, e.g. 0,1,2")
     ap.add_argument("--jobs", type=int, default=1, help="runs side by side (one CPU thread each)")
-    ap.add_argument("--nproc", type=int, default=1, help="processes per run (torchrun; see README, Many processes)")
+    ap.add_argument("--nproc", type=int, default=1, help="processes per run (torchrun; see docs/performance.md)")
     ap.add_argument("--runs-dir", default="runs/exp", help="where the run folders go (NAME/seed<k>/)")
     ap.add_argument("--figures", default="figures", help="where the comparison PNGs go")
-    ap.add_argument("--readme", default=None, help="also write the table between the README's table markers")
+    ap.add_argument("--write", default=None, metavar="FILE",
+                    help="also write the table between FILE's table markers (EXPERIMENTS.md)")
     ap.add_argument("--list", action="store_true", help="list the experiments and their flags")
     ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more train.py flags for every run")
     args = ap.parse_args()
     if not (args.names or args.list):
-        ap.error("name an experiment, 'all', 'table' or --list")
+        ap.error("name an experiment, a lesson, 'all', 'table' or --list")
     if args.jobs < 1 or args.nproc < 1:
         ap.error("--jobs and --nproc must be >= 1")
     main(args)

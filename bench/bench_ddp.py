@@ -27,8 +27,9 @@ for each position whose logits are computed.
 - sampling: a prefill of B x P prompt positions (logits for all P), then one forward of B
   rows per further generated token, attending to every position so far;
 - training: forward + backward (backward = 2x forward, the usual 6N rule) over the
-  (B, T) rollout tensor, padding included since it is computed, and the LM head on the
-  n completion rows only (the fused kernel never touches the others).
+  (B, T) rollout tensor for each of the --mu epochs (and the no-grad passes for pi_old
+  and pi_ref where the config has them), padding included since it is computed, and the
+  LM head on the n completion rows only (the fused kernel never touches the others).
 Layer norms, softmax, GELU, sampling and the rewards (Python string parsing) count no
 FLOPs; their time is the gap between the achieved rate and the peak.
 Run it on an idle machine: another busy process on a 2-core machine halves everything.
@@ -145,10 +146,12 @@ def sampling_flops(cfg, B, P, L):
     return total
 
 
-def training_flops(cfg, B, L, n_completion):
-    """Forward + backward (3x forward) of the (B, T = L - 1) batch, the head on completion rows."""
+def training_flops(cfg, B, L, n_completion, grpo_cfg):
+    """mu epochs of forward + backward (3x forward) over the (B, T = L - 1) batch, the head on
+    completion rows; plus a no-grad forward for pi_old when K > 1 and one for pi_ref with a KL."""
     T = L - 1
-    return 3 * forward_flops(cfg, B * T, T, n_completion)
+    passes = 3 * grpo_cfg.mu + (grpo_cfg.minibatches > 1) + (grpo_cfg.kl > 0)
+    return passes * forward_flops(cfg, B * T, T, n_completion)
 
 
 def table_flops(n_steps):
@@ -176,7 +179,7 @@ def table_flops(n_steps):
         if step > 0:
             rows.append({"sample_s": timings[-1], "train_s": total - timings[-1],
                          "sample_flops": sampling_flops(model.cfg, B, batch.prompt_len, L),
-                         "train_flops": training_flops(model.cfg, B, L, int(batch.loss_mask.sum())), "B": B, "L": L})
+                         "train_flops": training_flops(model.cfg, B, L, int(batch.loss_mask.sum()), cfg), "B": B, "L": L})
     grpo.sample_batch = real_sample
     peak = matmul_peak()
     c = model.cfg

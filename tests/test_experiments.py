@@ -53,11 +53,29 @@ def test_lessons_count_the_seeds_where_they_hold(tmp_path, monkeypatch):
         write_run(tmp_path / "clip" / f"seed{seed}", [0.2, 0.8, 0.8])
     monkeypatch.setattr(experiments, "LESSONS", {"falls": (["baseline", "clip"],
                                                            lambda b, c: b["peak"] - b["final"] >= 0.4, "a claim")})
-    assert "**falls** (a claim): held in 1 of 2 seeds (not in seed1)" in experiments.table(str(tmp_path))
+    text = experiments.table(str(tmp_path))
+    assert "**falls** (a claim): held in 1 of 2 seeds" in text
+    assert "| 0 | 80.0% (10) -> 30.0% | 80.0% (10) -> 80.0% | yes |" in text  # seed, peak (step) -> final, held
+    assert "| 1 | 80.0% (10) -> 50.0% | 80.0% (10) -> 80.0% | no |" in text
 
 
-def test_table_goes_between_the_readme_markers(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- experiments table: begin -->\nold\n<!-- experiments table: end -->\nrest\n")
-    experiments.write_into_readme(str(readme), "| new |")
-    assert readme.read_text() == "intro\n<!-- experiments table: begin -->\n| new |\n<!-- experiments table: end -->\nrest\n"
+def test_first_moves_says_which_metric_moved_when():
+    rows = [{"step": 0, "eval_acc": 0.3}]
+    for s in range(1, 61):
+        rows.append({"step": s, "entropy": 0.1 if s <= 30 else 0.5, "kl": -0.2 if s <= 20 else -0.9,
+                     "resp_len": 20.0, "sampler_gap": 0.01})
+        if s % 10 == 0:
+            rows[-1]["eval_acc"] = {10: 0.6, 20: 0.7, 30: 0.65, 40: 0.55}.get(s, 0.5)
+    moves = experiments.first_moves(rows)
+    # |kl|'s 10-step mean first reaches twice its lowest (0.2) at step 23: (7 x 0.2 + 3 x 0.9) / 10 = 0.41 (step
+    # 22: 0.34); entropy at 33: (7 x 0.1 + 3 x 0.5) / 10 = 0.22; accuracy at 40: 0.55 <= best 0.7 - 0.1; the
+    # constant length and gap never move
+    assert moves == {"eval_acc": 40, "kl": 23, "entropy": 33, "sampler_gap": None, "resp_len": None}
+    assert experiments.moved({"moves": moves}) == "kl 23, entropy 33, eval_acc 40"
+
+
+def test_table_goes_between_the_markers(tmp_path):
+    doc = tmp_path / "EXPERIMENTS.md"
+    doc.write_text("intro\n<!-- experiments table: begin -->\nold\n<!-- experiments table: end -->\nrest\n")
+    experiments.write_between_markers(str(doc), "| new |")
+    assert doc.read_text() == "intro\n<!-- experiments table: begin -->\n| new |\n<!-- experiments table: end -->\nrest\n"
