@@ -172,7 +172,7 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
     keep_support=True also returns support (B, P + n, V) bool: the tokens top-k / top-p
     left to sample from at each generated position (DeepSeek-V3.2's kept sampling mask).
     """
-    device = model.wte.weight.device
+    device = next(model.parameters()).device
     B, P = len(prompts), max(len(p) for p in prompts)
     L = P + max_new_tokens
     if L > model.cfg.max_seq_len:
@@ -194,10 +194,13 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
         cache = model.new_cache(B, L) if use_cache else None
         while t < L and not done.all():
             if use_cache:  # feed only what the cache has not seen: the prompts, then one token
-                logits = model(tokens[:, start:t], mask[:, :t], cache)
+                h = model(tokens[:, start:t], mask[:, :t], cache, hidden=True)
             else:
-                logits = model(tokens[:, :t], mask[:, :t])
-            nxt, logp = sample(logits[:, -1].float(), temperature, top_k, top_p, generator, greedy, support, t)  # (B,)
+                h = model(tokens[:, :t], mask[:, :t], hidden=True)
+            # only the last position needs the LM head: at Qwen's 151,936 tokens the logits of
+            # a whole prefill would be B * P * V numbers (GBs), of which we use B * V
+            logits = h[:, -1] @ model.lm_head_weight.t()  # (B, V)
+            nxt, logp = sample(logits.float(), temperature, top_k, top_p, generator, greedy, support, t)  # (B,)
             tokens[:, t] = torch.where(done, eos_id, nxt)
             sampler_logp[:, t] = torch.where(done, 0.0, logp)
             mask[:, t] = ~done
