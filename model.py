@@ -16,6 +16,10 @@
 Positions are learned embeddings indexed by each row's own position (`cumsum(mask) - 1`),
 so a left-padded prompt is seen exactly as the same prompt without padding.
 
+The book's own model, Qwen3, lives in qwen3.py with the same interface (forward, new_cache,
+lm_head_weight, cfg.vocab_size, cfg.max_seq_len), so `generate` samples either;
+`load_pretrained(path)` here builds it from a Hugging Face folder.
+
     python bench/bench_sampling.py     # sampling and training speed
 """
 import math
@@ -265,3 +269,9 @@ def load_checkpoint(path, map_location="cpu"):
 
 class CheckpointError(Exception):
     pass
+
+
+def load_pretrained(path, dtype=None, device="cpu"):
+    """The book's Qwen3 from a Hugging Face model folder: see qwen3.load_pretrained."""
+    import qwen3  # qwen3.py builds on this file (KVCache, attention_mask), so it is imported on use
+    return qwen3.load_pretrained(path, dtype, device)
