@@ -61,12 +61,15 @@ L = n_tokens, L_max = max_len, L_cache = cache_len:
 Where this departs from the book: the chapter scores Qwen3's `<think>` output with a
 regex format reward. Ours is the same idea written as explicit string checks, so that
 each edge case (missing close tag, two blocks, answer inside the block, empty block) is
-one visible line and there is no regex backtracking to worry about. Our task only has
-integer answers, so no general math-answer checker is needed: correctness is a strict
-integer parse of the last box.
+one visible line and there is no regex backtracking to worry about. The arithmetic task
+only has integer answers, so its correctness is the strict integer parse of the last box
+above. The book's MATH task (an answer that is a string) is graded by
+tasks.math_answer_equal on the same last box, as the book's reward_rlvr does: no box, no
+credit.
 """
 
 from tasks import THINK_CLOSE as CLOSE, THINK_OPEN as OPEN  # the one definition of the tags
+from tasks import math_answer_equal
 
 MAX_DIGITS = 4000  # significant digits; below CPython's default 4300-digit limit
 BOX = "\\boxed{"
@@ -106,8 +109,10 @@ def parse_int(s: str) -> int | None:
         return None
 
 
-def correctness_reward(completion: str, answer: int) -> float:
+def correctness_reward(completion: str, answer: int | str) -> float:
     boxed = extract_boxed(completion)
+    if isinstance(answer, str):  # MATH: any of its answer forms
+        return float(boxed is not None and math_answer_equal(boxed, answer))
     value = None if boxed is None else parse_int(boxed)
     return 1.0 if value is not None and value == answer else 0.0
 
@@ -141,7 +146,7 @@ def term_weights(format_weight: float) -> dict:
     return {"correct": 1.0, "format_paid": format_weight, "overlong": 1.0}
 
 
-def score(completion: str, answer: int, n_tokens: int, *, format_weight: float = 0.0,
+def score(completion: str, answer: int | str, n_tokens: int, *, format_weight: float = 0.0,
           gated: bool = False, max_len: int = 0, overlong_cache: int = 0) -> dict:
     """Every term (and the raw format check) as floats, and their weighted total."""
     correct = correctness_reward(completion, answer)
