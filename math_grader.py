@@ -44,8 +44,8 @@ TOLERANCE = 1e-9  # relative
 
 WRAPPERS = ("\\text", "\\textbf", "\\textit", "\\textrm", "\\mathrm", "\\mathbf", "\\mbox", "\\textnormal",
             "\\boxed", "\\displaystyle")
-DROP = [r"\\left", r"\\right", r"(?<!\\)\\[,;:! ]", r"\\quad", r"\\qquad", r"~", r"\^\s*\{\s*\\circ\s*\}", r"\^\s*\\circ",
-        r"°", r"\\circ", r"\\%", r"%", r"\\\$", r"\$"]
+DROP = [r"\\left", r"\\right", r"(?<!\\)\\[,;:! ]", r"\\quad", r"\\qquad", r"~",
+        r"\^\s*\{\s*\\circ\s*\}", r"\^\s*\\circ", r"°", r"\\circ", r"\\%", r"%", r"\\\$", r"\$"]
 RENAME = {"\\dfrac": "\\frac", "\\tfrac": "\\frac", "\\cdot": "*", "\\times": "*", "\\div": "/", "∞": "\\infty",
           "π": "\\pi"}
 
@@ -187,8 +187,9 @@ def rhs(s, other):
 def close(u, v):
     if u is None or v is None or len(u) != len(v):
         return False
-    return all(x == y or (cmath.isfinite(x) and cmath.isfinite(y) and abs(x - y) <= TOLERANCE * max(1.0, abs(x), abs(y)))
-               for x, y in zip(u, v))
+    def near(x, y):  # relative; infinities only equal themselves
+        return x == y or (cmath.isfinite(x) and cmath.isfinite(y) and abs(x - y) <= TOLERANCE * max(1.0, abs(x), abs(y)))
+    return all(near(x, y) for x, y in zip(u, v))
 
 
 # ---------------------------------------------------------------- 3. the value of an expression
