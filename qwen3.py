@@ -134,12 +134,15 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:  # attend to every position so far, not only these T
             k, v = cache.update(allowed.shape[-1] - T, k, v)  # (B, KV, S, hd)
-        # Each key/value head serves H / KV query heads. Expanded here rather than with
-        # enable_gqa=True, which PyTorch runs only in flash attention (no mask allowed) or
-        # in the math kernel that materialises (T, S) scores per head.
-        k, v = (t.repeat_interleave(self.n_head // self.n_kv_head, dim=1) for t in (k, v))  # (B, H, S, hd)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, H, T, hd)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
+        # GQA without copying K and V: the G = H / KV query heads that share a key/value
+        # head attend as G * T query rows of that one head (rows of attention are
+        # independent), under the mask repeated once per head of the group (`grouped`).
+        # PyTorch's enable_gqa=True instead runs only in flash attention (which takes no
+        # mask) or in the math kernel, which copies K and V for each head.
+        q = q.reshape(B, self.n_kv_head, -1, self.head_dim)  # (B, KV, G*T, hd), rows in (g, t) order
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, KV, G*T, hd)
+        y = y.reshape(B, self.n_head, T, self.head_dim).transpose(1, 2)  # (B, T, H, hd)
+        return self.o_proj(y.reshape(B, T, self.n_head * self.head_dim))
 
 
 class MLP(nn.Module):
@@ -199,7 +202,7 @@ class Qwen3(nn.Module):
         mask = torch.ones_like(idx, dtype=torch.bool) if mask is None else mask  # (B, S)
         S = mask.shape[1]
         positions = (mask.long().cumsum(1) - 1).clamp(min=0)[:, S - T:]  # (B, T) each row's own count
-        allowed = attention_mask(mask, S - T)  # (B, 1, T, S)
+        allowed = grouped(attention_mask(mask, S - T), self.cfg)  # (B, 1, G*T, S)
         cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta)  # (B, 1, T, hd)
         x = self.embed_tokens(idx)  # (B, T, d)
         for i, layer in enumerate(self.layers):
@@ -216,6 +219,11 @@ class Qwen3(nn.Module):
         c = self.cfg
         return [KVCache(B, c.num_key_value_heads, L, c.head_dim, self.embed_tokens.weight)
                 for _ in range(c.num_hidden_layers)]
+
+
+def grouped(allowed, cfg):
+    """The attention mask (B, 1, T, S) for the G * T query rows of a key/value head's group."""
+    return allowed.repeat(1, 1, cfg.num_attention_heads // cfg.num_key_value_heads, 1)  # (B, 1, G*T, S)
 
 
 def hf_name(name):
