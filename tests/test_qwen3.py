@@ -4,6 +4,7 @@ load_pretrained on folders written here against a forward written from the formu
 Nothing is downloaded: the folders hold random weights under Hugging Face's names, and
 the safetensors files are written byte by byte from the format's description.
 """
+import argparse
 import json
 import math
 import os
@@ -269,3 +270,12 @@ def test_a_path_that_is_not_a_model_folder_is_refused(tmp_path):
         load_pretrained(str(tmp_path / "nowhere"))
     with pytest.raises(CheckpointError, match="no config.json"):
         load_pretrained(str(tmp_path))
+
+
+def test_the_gpu_benchmark_runs_its_code_paths_on_cpu(tmp_path, monkeypatch):
+    """bench/bench_qwen3.py cannot run here at its size (no GPU); its tiny smoke run must."""
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import bench_qwen3
+    bench_qwen3.main(argparse.Namespace(cpu_smoke=True, new_tokens=8, report=str(tmp_path / "report.txt")))
+    table = (tmp_path / "report.txt").read_text()
+    assert table.count("| sample |") == 2 and table.count("| grpo step") == 3 and "OOM" not in table, table
