@@ -153,6 +153,8 @@ def check_args(args):
         raise ValueError("--data and --eval-data are for --task math")
     if args.grad_checkpoint and not args.model:
         raise ValueError("--grad-checkpoint is for --model")
+    if args.model and args.init != sft.DEFAULT_CKPT:
+        raise ValueError("--init is the small GPT's warm start; --model replaces it: give one of them")
     if args.eval_batch_size < 1:
         raise ValueError(f"--eval-batch-size must be >= 1, got {args.eval_batch_size}")
 
@@ -401,7 +403,7 @@ def resume_state(args):
     _, state = load_checkpoint(path)
     if "optimizer" not in state or "step" not in state:
         raise CheckpointError(f"{path} has no optimizer state or step: not a resumable checkpoint")
-    saved = argparse.Namespace(**{f.name: f.default for f in fields(grpo.GRPOConfig)})  # flags newer than the run
+    saved = get_parser().parse_args([])  # every flag's default: for flags newer than the run
     vars(saved).update(state["args"])
     saved.resume, saved.threads, saved.device = args.resume, args.threads, args.device
     if args.steps is not None:  # allow extending a finished run

@@ -82,3 +82,19 @@ def test_bad_input_is_one_line_and_leaves_no_run(book, tmp_path):
                           (["--grad-checkpoint"], "--grad-checkpoint is for --model")]:
         with pytest.raises(ValueError, match=message):
             train.check_args(train.get_parser().parse_args(argv))
+
+
+def test_a_run_saved_before_these_flags_still_resumes(tiny_warm, tmp_path):
+    """ckpt_latest.pt of an older run has no --model, --task, ... in its args: their defaults apply."""
+    args = train.get_parser().parse_args(["--init", tiny_warm[0], "--runs-dir", str(tmp_path), "--run-name", "old",
+                                          "--level", "easy", "--prompts-per-step", "2", "--group-size", "2",
+                                          "--max-new-tokens", "8", "--eval-size", "4", "--steps", "1",
+                                          "--threads", "1"])
+    run_dir = train.main(args)
+    path = os.path.join(run_dir, "ckpt_latest.pt")
+    ckpt = torch.load(path, weights_only=True)
+    for new in ("model", "dtype", "grad_checkpoint", "task", "data", "eval_data", "eval_batch_size"):
+        del ckpt["args"][new]
+    torch.save(ckpt, path)
+    train.main(train.get_parser().parse_args(["--resume", run_dir, "--steps", "2", "--threads", "1"]))
+    assert [json.loads(line)["step"] for line in open(os.path.join(run_dir, "metrics.jsonl"))] == [0, 1, 2]
