@@ -233,8 +233,9 @@ class PretrainedTokenizer:
         self.special_ids = {s: enc.encode_single_token(s) for s in enc.special_tokens_set}
 
     def encode(self, text, allowed_special=frozenset(), disallowed_special="all"):
-        allowed = self.special_tokens_set if allowed_special == "all" else set(allowed_special)
-        banned = self.special_tokens_set - allowed if disallowed_special == "all" else set(disallowed_special)
+        specials = self.special_tokens_set
+        allowed = specials if allowed_special == "all" else set(allowed_special) & specials
+        banned = specials - allowed if disallowed_special == "all" else set(disallowed_special)
         if banned and (hit := _alternation(banned).search(text)):  # as tiktoken: no silent special tokens
             raise ValueError(f"text contains the special token {hit[0]!r}: pass allowed_special or disallowed_special")
         ids = []
@@ -246,8 +247,8 @@ class PretrainedTokenizer:
         return ids
 
     def decode(self, ids):
-        # ids past the tokenizer (Qwen's embedding has 151,936 rows for 151,669 tokens) are
-        # never trained; a sampled one decodes to nothing rather than failing the step
+        # ids past the tokenizer (Qwen3's embedding has 151,936 rows for 151,669 tokens) have
+        # no text: a sampled one decodes to nothing rather than failing the step
         return self.enc.decode([i for i in ids if 0 <= i < self.n_vocab])
 
 
