@@ -21,8 +21,9 @@ from grpo import GRPOConfig
 from model import CheckpointError, generate, load_pretrained
 from qwen3 import Qwen3, Qwen3Config, read_safetensors, save_pretrained
 
+# head_dim 24 is not hidden_size / heads (16), as in Qwen3-0.6B (128, not 1024 / 16)
 TINY = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16, rope_theta=10_000.0, rms_norm_eps=1e-6, max_position_embeddings=64)
+            num_key_value_heads=2, head_dim=24, rope_theta=10_000.0, rms_norm_eps=1e-6, max_position_embeddings=64)
 EOS = 290
 
 
@@ -253,7 +254,7 @@ def corrupt(path, what):
     ("rope", "rope_scaling .* is not implemented"),
     ("missing", "missing tensor model.layers.1.mlp.up_proj.weight"),
     ("extra", "unexpected tensor model.layers.0.self_attn.q_proj.bias"),
-    ("shape", "model.layers.0.self_attn.k_proj.weight has shape \\(64, 64\\), config.json implies \\(32, 64\\)"),
+    ("shape", "model.layers.0.self_attn.k_proj.weight has shape \\(64, 64\\), config.json implies \\(48, 64\\)"),
     ("pickle", "only pickle weights \\(pytorch_model.bin\\)"),
     ("truncated", "truncated or corrupt"),
 ])
