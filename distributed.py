@@ -86,7 +86,8 @@ def wrap(model):
     gradient from both uses is summed by autograd first, then reduced once."""
     if not active():
         return model
-    device_ids = [model.wte.weight.device.index] if model.wte.weight.is_cuda else None
+    device = next(model.parameters()).device
+    device_ids = [device.index] if device.type == "cuda" else None
     ddp = _DDP(model, device_ids=device_ids)
     if dist.get_backend() != "nccl" and GLOO_WAIT == "poll":
         ddp.register_comm_hook(None, _average_polling)

@@ -40,7 +40,7 @@ def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256):
 @torch.no_grad()
 def pass_at_k(model, enc, problems, k=8, temperature=1.0, seed=0, max_new_tokens=40):
     """Share of problems with at least one correct answer among k samples."""
-    gen = torch.Generator(device=model.wte.weight.device).manual_seed(seed)
+    gen = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
     was_training = model.training
     model.eval()
     prompts = [encode_text(enc, p.prompt) for p in problems for _ in range(k)]

@@ -17,6 +17,10 @@
 Positions are learned embeddings indexed by each row's own position (`cumsum(mask) - 1`),
 so a left-padded prompt is seen exactly as the same prompt without padding.
 
+The book's own model, Qwen3, lives in qwen3.py with the same interface (forward, new_cache,
+lm_head_weight, cfg.vocab_size, cfg.max_seq_len), so `generate` samples either;
+`load_pretrained(path)` here builds it from a Hugging Face folder.
+
     python bench/bench_sampling.py     # sampling and training speed
 """
 import math
@@ -178,7 +182,7 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
     use_cache=False recomputes the whole sequence each step (the reference path).
     keep_support=True also keeps the support (DeepSeek-V3.2's kept sampling mask).
     """
-    device = model.wte.weight.device
+    device = next(model.parameters()).device
     B, P = len(prompts), max(len(p) for p in prompts)
     L = P + max_new_tokens
     if L > model.cfg.max_seq_len:
@@ -200,11 +204,14 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
         cache = model.new_cache(B, L) if use_cache else None
         while t < L and not done.all():
             if use_cache:  # feed only what the cache has not seen: the prompts, then one token
-                logits = model(tokens[:, start:t], mask[:, :t], cache)
+                h = model(tokens[:, start:t], mask[:, :t], cache, hidden=True)
             else:
-                logits = model(tokens[:, :t], mask[:, :t])
-            nxt, logp, ent = sample(logits[:, -1].float(), temperature, top_k, top_p, generator, greedy, support, t)
-            tokens[:, t] = torch.where(done, eos_id, nxt)  # (B,)
+                h = model(tokens[:, :t], mask[:, :t], hidden=True)
+            # only the last position needs the LM head: at Qwen's 151,936 tokens the logits of
+            # a whole prefill would be B * P * V numbers (GBs), of which we use B * V
+            logits = h[:, -1] @ model.lm_head_weight.t()  # (B, V)
+            nxt, logp, ent = sample(logits.float(), temperature, top_k, top_p, generator, greedy, support, t)  # (B,)
+            tokens[:, t] = torch.where(done, eos_id, nxt)
             sampler_logp[:, t] = torch.where(done, 0.0, logp)
             sampler_entropy[:, t] = torch.where(done, 0.0, ent)
             mask[:, t] = ~done
@@ -272,3 +279,9 @@ def load_checkpoint(path, map_location="cpu"):
 
 class CheckpointError(Exception):
     pass
+
+
+def load_pretrained(path, dtype=None, device="cpu"):
+    """The book's Qwen3 from a Hugging Face model folder: see qwen3.load_pretrained."""
+    import qwen3  # qwen3.py builds on this file (KVCache, attention_mask), so it is imported on use
+    return qwen3.load_pretrained(path, dtype, device)

@@ -11,7 +11,9 @@ an untrained model writes. `score` combines the terms:
 
 Where this departs from the book (rasbt/reasoning-from-scratch):
 1. Correctness is a strict integer parse of the last `\\boxed{}` (`correctness_reward`):
-   our answers are integers, so no general math-answer checker is needed.
+   the arithmetic task's answers are integers. The book's MATH task (an answer that is a
+   string) is graded on the same last box by tasks.math_answer_equal, as the book's
+   `reward_rlvr` does: no box, no credit.
 2. Our format check (`format_reward`) is explicit string checks, one visible line per
    edge case. The book's `ch07/03_rlvr_grpo_scripts_advanced/7_6_plus_format_reward.py`
    pays the bonus whenever `<think>` comes before `</think>`, with nothing in between or
@@ -21,6 +23,7 @@ Where this departs from the book (rasbt/reasoning-from-scratch):
 """
 
 from tasks import THINK_CLOSE as CLOSE, THINK_OPEN as OPEN  # the one definition of the tags
+from tasks import math_answer_equal
 
 MAX_DIGITS = 4000  # significant digits; below CPython's default 4300-digit limit
 BOX = "\\boxed{"
@@ -72,8 +75,10 @@ def parse_int(s: str) -> int | None:
         return None
 
 
-def correctness_reward(completion: str, answer: int) -> float:
+def correctness_reward(completion: str, answer: int | str) -> float:
     boxed = extract_boxed(completion)
+    if isinstance(answer, str):  # MATH: any of its answer forms
+        return float(boxed is not None and math_answer_equal(boxed, answer))
     value = None if boxed is None else parse_int(boxed)
     return 1.0 if value is not None and value == answer else 0.0
 
@@ -132,7 +137,7 @@ def term_weights(format_weight: float) -> dict:
     return {"correct": 1.0, "format_paid": format_weight, "overlong": 1.0}
 
 
-def score(completion: str, answer: int, n_tokens: int, *, format_weight: float = 0.0,
+def score(completion: str, answer: int | str, n_tokens: int, *, format_weight: float = 0.0,
           gated: bool = False, max_len: int = 0, overlong_cache: int = 0, format_check: str = "strict") -> dict:
     """Every term (and the raw format check) as floats, and their weighted total."""
     correct = correctness_reward(completion, answer)

@@ -26,12 +26,21 @@ never be drawn for training at any level, and the eval set is the same for every
 Departure from the book: the chapter trains Qwen3-0.6B on MATH; we need a task a 1M
 parameter model learns in a minute on a laptop CPU, with the same answer format
 (`\\boxed{...}`) and the same `<think>` convention.
+
+The book's own task, MATH, is here too (`--task math --data FILE` in train.py, with the
+book's model): `load_math` reads problems and answers from a local JSON list or JSONL
+file, `MathProblem.prompt` is the book's prompt (ch03's render_prompt), `math_split`
+holds out a fixed share of a file, and `math_answer_equal` (math_grader.py) grades the
+answer forms of MATH.
 """
 import argparse
+import json
 import random
 import re
 import zlib
 from dataclasses import dataclass
+
+from math_grader import math_answer_equal  # noqa: F401 (the MATH grader, importable from here)
 
 PROMPT_TEMPLATE = "Evaluate left to right: {expr}\n"  # the one prompt template
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -135,6 +144,70 @@ def evaluate_chain(expr):
     for op, b in zip(parts[1::2], map(int, parts[2::2])):
         value = value + b if op == "+" else value - b if op == "-" else value * b
     return value
+
+
+# ---------------------------------------------------------------- MATH (the book's task)
+
+# the book's prompt (reasoning_from_scratch/ch03.py, render_prompt), character for character
+MATH_PROMPT = ("You are a helpful math assistant.\n"
+               "Answer the question and write the final result on a new line as:\n"
+               "\\boxed{{ANSWER}}\n\n"
+               "Question:\n{problem}\n\nAnswer:")
+
+
+@dataclass(frozen=True)
+class MathProblem:
+    problem: str  # the question, LaTeX inside
+    answer: str  # the reference answer, e.g. "\\frac{14}{3}"; graded by math_answer_equal
+
+    @property
+    def prompt(self):
+        return MATH_PROMPT.format(problem=self.problem)
+
+
+def load_math(path):
+    """MathProblems from a JSON list or a JSONL file of records with "problem" and
+    "answer" (MATH-500's test.jsonl, the book's math500_test.json and its training file
+    math_full_minus_math500.json). ValueError with one line for a file it cannot use."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (FileNotFoundError, IsADirectoryError):
+        raise ValueError(f"--data {path}: no such file") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text, not a JSON / JSONL file of problems") from None
+    records = []
+    try:
+        if text.lstrip().startswith("["):
+            records = json.loads(text)
+        else:  # JSONL: one record per line
+            for n, line in enumerate(text.splitlines(), 1):
+                if line.strip():
+                    records.append(json.loads(line))
+    except json.JSONDecodeError as e:
+        where = f" line {n}" if not text.lstrip().startswith("[") else ""
+        raise ValueError(f"{path}{where}: not valid JSON ({e.msg}); want a JSON list or JSONL of problems") from None
+    problems = []
+    for i, r in enumerate(records, 1):
+        if not isinstance(r, dict) or not isinstance(r.get("problem"), str) or r.get("answer") in (None, ""):
+            raise ValueError(f"{path}: record {i} has no problem and answer: {str(r)[:80]}")
+        problems.append(MathProblem(r["problem"], str(r["answer"])))
+    if not problems:
+        raise ValueError(f"{path}: no problems in it")
+    return problems
+
+
+def math_split(problems, split="train"):
+    """One file's train or eval split, decided by a stable hash of the problem text (one in
+    EVAL_MOD held out), for when no separate test file is given."""
+    return [p for p in problems if is_eval(p.problem) == (split == "eval")]
+
+
+def draw(problems, seed):
+    """Endless deterministic stream of problems drawn at random from a list."""
+    rng = random.Random(seed)
+    while True:
+        yield rng.choice(problems)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@
     python train.py --recipe book --print-config # the resolved flags of a recipe, without training
     python train.py --resume runs/mine           # continue after an interruption (or for longer: --steps N)
     torchrun --nproc-per-node 2 train.py         # 2 processes (ranks), one CPU core or GPU each
+    python train.py --model qwen3-0.6b-base --task math --data math_train.json --eval-data math500_test.json \
+        --group-size 8 --prompts-per-step 1 --max-new-tokens 512 ...   # the book's model (docs/book_model.md)
 
 Each step samples G answers for each of --prompts-per-step problems, scores them and
 updates the policy (grpo.grpo_step). Every --eval-every steps (and at step 0) the policy
@@ -35,8 +37,9 @@ import grpo
 import sft
 import tasks
 from evaluation import evaluate
-from model import CheckpointError, load_checkpoint, save_checkpoint
-from tokenizer import build_tokenizer
+from model import CheckpointError, load_checkpoint, load_pretrained, save_checkpoint
+from qwen3 import save_pretrained
+from tokenizer import build_tokenizer, load_pretrained_tokenizer
 
 
 def get_parser():
@@ -62,6 +65,23 @@ def get_parser():
     g.add_argument("--eval-every", type=int, default=10, help="evaluate (greedy) every N steps")
     g.add_argument("--samples-every", type=int, default=10, help="log a few completions every N steps")
     g.add_argument("--save-every", type=int, default=5, help="write ckpt_latest.pt every N steps")
+    g = ap.add_argument_group("the book's model and task (docs/book_model.md)")
+    g.add_argument("--model", default=None, metavar="FOLDER",
+                   help="a Hugging Face Qwen3 folder (config.json, model.safetensors, tokenizer.json) to train "
+                        "instead of the small GPT of --init; at each eval its weights are saved in that layout as "
+                        "runs/<name>/model_step<N> (no ckpt_latest.pt, so no --resume)")
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="weights of --model: auto is bfloat16 on CUDA (as the book) and float32 on CPU")
+    g.add_argument("--grad-checkpoint", action="store_true",
+                   help="recompute each block of --model in backward instead of keeping its activations")
+    g.add_argument("--task", default="arith", choices=["arith", "math"],
+                   help="arith: the synthetic task (--level); math: problems and answers from --data")
+    g.add_argument("--data", default=None, metavar="FILE",
+                   help="--task math: a JSON list or JSONL file with problem and answer fields")
+    g.add_argument("--eval-data", default=None, metavar="FILE",
+                   help="--task math: the held-out file (e.g. MATH-500); without it, 1 in 8 problems of --data "
+                        "are held out")
+    g.add_argument("--eval-batch-size", type=int, default=256, help="rows per batch of the greedy evaluation")
     add_config_flags(ap, grpo.GRPOConfig)
     return ap
 
@@ -120,6 +140,16 @@ def check_args(args):
         raise ValueError("--clip and --clip-high must be >= 0")
     if args.tis_cap < 0 or args.off_policy_mask < 0:
         raise ValueError("--tis-cap and --off-policy-mask must be >= 0")
+    if args.task == "math" and not (args.data and args.model):
+        raise ValueError("--task math needs --data FILE (problems and answers) and --model FOLDER (the book's model)")
+    if args.task != "math" and (args.data or args.eval_data):
+        raise ValueError("--data and --eval-data are for --task math")
+    if args.grad_checkpoint and not args.model:
+        raise ValueError("--grad-checkpoint is for --model")
+    if args.model and args.init != sft.DEFAULT_CKPT:
+        raise ValueError("--init is the small GPT's warm start; --model replaces it: give one of them")
+    if args.eval_batch_size < 1:
+        raise ValueError(f"--eval-batch-size must be >= 1, got {args.eval_batch_size}")
 
 
 # ---------------------------------------------------------------- set-up
@@ -154,6 +184,33 @@ def load_init(args):
     return model, enc, ckpt
 
 
+def load_book_model(args, device):
+    """The book's Qwen3 and its tokenizer from a Hugging Face folder (--model), in --dtype."""
+    dtype = {"auto": torch.bfloat16 if device.startswith("cuda") else torch.float32,
+             "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    model = load_pretrained(args.model, dtype, device)
+    model.grad_checkpoint = args.grad_checkpoint
+    enc = load_pretrained_tokenizer(args.model)
+    if enc.n_vocab > model.cfg.vocab_size:
+        raise CheckpointError(f"{args.model}: tokenizer has {enc.n_vocab} tokens but the model {model.cfg.vocab_size}")
+    return model.train(), enc
+
+
+def task_sets(args):
+    """(training problems or None for the endless arithmetic stream, held-out problems)."""
+    if args.task != "math":
+        return None, tasks.eval_set(args.level, args.eval_size)
+    problems = tasks.load_math(args.data)
+    if args.eval_data is None:
+        return tasks.math_split(problems, "train"), tasks.math_split(problems, "eval")[:args.eval_size]
+    test = tasks.load_math(args.eval_data)[:args.eval_size]
+    held_out = {p.problem for p in test}
+    train = [p for p in problems if p.problem not in held_out]  # never train on a test problem
+    if not train:
+        raise ValueError(f"--data {args.data}: every problem is also in --eval-data {args.eval_data}")
+    return train, test
+
+
 def versions():
     import numpy
     import tiktoken
@@ -174,8 +231,10 @@ def step_seed(seed, step, rank=0):
     return distributed.rank_seed(seed * 1_000_003 + step, rank)
 
 
-def problem_source(level, seed, step, rank=0):
-    stream = tasks.problems(level, step_seed(seed, step, rank))
+def problem_source(level, seed, step, rank=0, pool=None):
+    """Step `step`'s problems: the arithmetic stream of a level, or draws from a list (MATH)."""
+    seed = step_seed(seed, step, rank)
+    stream = tasks.problems(level, seed) if pool is None else tasks.draw(pool, seed)
     return lambda: next(stream)
 
 
@@ -240,8 +299,12 @@ def main(args):
             raise ValueError(f"{run_dir} already has a run: pick another --run-name or --resume {run_dir}")
         start_step, state = 0, None
     torch.manual_seed(args.seed)
-    model, enc, init_ckpt = load_init(args)
-    model.to(device)
+    if args.model:  # the book's Qwen3, in its dtype
+        (model, enc), init_ckpt = load_book_model(args, device), None
+    else:
+        model, enc, init_ckpt = load_init(args)
+        model.to(device)
+    pool, evalset = task_sets(args)  # before the run folder exists: a bad data file leaves nothing behind
     cfg = grpo_config(args)
     ref_model = None
     if cfg.kl > 0:  # a frozen copy of the warm start; none at all when beta = 0
@@ -257,22 +320,26 @@ def main(args):
     metrics_path, samples_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "samples.jsonl")
     config = {**vars(args), "grpo": asdict(cfg), "device": device,
               "dtype": "bfloat16 autocast" if device == "cuda" else "float32", "versions": versions(),
+              "weights_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
               "run_dir": run_dir, "processes": n_ranks}
     if state is None and rank == 0:
         with open(os.path.join(run_dir, "config.json"), "w") as f:
             json.dump(config, f, indent=2)
     log(json.dumps(config, indent=2))
     log(f"device {device}, dtype {config['dtype']}, run folder {run_dir}, {n_ranks} process(es)")
-    evalset = tasks.eval_set(args.level, args.eval_size)
-    extra = {"tokenizer": init_ckpt["tokenizer"], "task": init_ckpt["task"]}
+    if pool is not None:
+        log(f"task math: {len(pool)} training problems, {len(evalset)} held out")
+    extra = None if init_ckpt is None else {"tokenizer": init_ckpt["tokenizer"], "task": init_ckpt["task"]}
 
     def evaluate_and_save(step, record):
         with autocast(device):
-            ev = evaluate(model, enc, evalset, args.max_new_tokens)
+            ev = evaluate(model, enc, evalset, args.max_new_tokens, args.eval_batch_size)
         record.update(eval_acc=ev["accuracy"], eval_format=ev["format"])
         log(f"eval step {step}: accuracy {ev['accuracy']:.1%} | think format {ev['format']:.1%} "
             f"| {time.time() - t_start:.0f}s since start", flush=True)
-        if rank == 0:
+        if rank == 0 and args.model:  # a Hugging Face folder: loads back with --model
+            save_pretrained(model, os.path.join(run_dir, f"model_step{step}"), tokenizer_from=args.model)
+        elif rank == 0:
             save_checkpoint(os.path.join(run_dir, f"ckpt_step{step}.pt"), model, extra)
 
     if start_step == 0:
@@ -288,7 +355,7 @@ def main(args):
         try:
             with autocast(device):
                 batch, stats = grpo.grpo_step(trained, ref_model, opt, enc,
-                                              problem_source(args.level, args.seed, step, rank),
+                                              problem_source(args.level, args.seed, step, rank, pool),
                                               args.prompts_per_step // n_ranks, cfg, gen)
         except FloatingPointError as e:
             raise SystemExit(f"step {step}: {e}; stopping. The weights were not updated; last good checkpoint: "
@@ -304,7 +371,7 @@ def main(args):
         if step % args.samples_every == 0 or step == 1:
             log_samples(samples_path, step, batch, cfg.group_size)
         append_jsonl(metrics_path, stats)
-        if step % args.save_every == 0 or step == args.steps:
+        if (step % args.save_every == 0 or step == args.steps) and not args.model:
             save_checkpoint(os.path.join(run_dir, "ckpt_latest.pt"), model,
                             {**extra, "optimizer": opt.state_dict(), "step": step, "args": vars(args),
                              "processes": n_ranks})
@@ -318,13 +385,18 @@ def resume_state(args):
     run_dir = args.resume.rstrip("/")
     if not os.path.isdir(run_dir):
         raise ValueError(f"--resume: no run folder {run_dir}")
+    if os.path.exists(os.path.join(run_dir, "config.json")):
+        with open(os.path.join(run_dir, "config.json")) as f:
+            if json.load(f).get("model"):
+                raise ValueError(f"--resume: {run_dir} trained --model, which keeps no optimizer state; start a new "
+                                 f"run from its weights with --model {run_dir}/model_step<N>")
     path = os.path.join(run_dir, "ckpt_latest.pt")
     if not os.path.exists(path):
         raise CheckpointError(f"--resume: {run_dir} has no ckpt_latest.pt (the run stopped before its first save)")
     _, state = load_checkpoint(path)
     if "optimizer" not in state or "step" not in state:
         raise CheckpointError(f"{path} has no optimizer state or step: not a resumable checkpoint")
-    saved = argparse.Namespace(**{f.name: f.default for f in fields(grpo.GRPOConfig)})  # flags newer than the run
+    saved = get_parser().parse_args([])  # every flag's default: for flags newer than the run
     vars(saved).update(state["args"])
     saved.resume, saved.threads, saved.device = args.resume, args.threads, args.device
     if args.steps is not None:  # allow extending a finished run

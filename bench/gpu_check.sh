@@ -3,16 +3,19 @@
 #
 #     bash bench/gpu_check.sh [REPORT]      # default REPORT: gpu_check_report.txt
 #
-# Installs nothing beyond requirements.txt (and only if an import fails). In under 10
+# Installs nothing beyond requirements.txt (and only if an import fails). In under 15
 # minutes (each part has a time limit) it runs, appending every table to REPORT with a
 # PASS / FAIL / SKIP line per part:
 #   1. tests  the kernel tests; on CUDA the Triton ones run in-process on the GPU
 #   2. kernel bench/gpu_kernel_check.py: correctness at N=32768, V=151936, bf16,
 #             bandwidth against a device copy and a tile sweep, eager vs torch.compile,
 #             the hidden-state path at d=1024 and 4096 (see its docstring)
-#   3. train  python train.py --steps 50 (bf16 autocast on CUDA; builds the warm start
+#   3. qwen3  bench/bench_qwen3.py: the book's model at its size (Qwen3-0.6B-shaped, random
+#             weights, bf16, nothing downloaded): sampling tokens/s at 64 and 128 rows, one
+#             GRPO step's time and peak memory, fused LM head vs materialised logits
+#   4. train  python train.py --steps 50 (bf16 autocast on CUDA; builds the warm start
 #             first if checkpoints/warmstart.pt is missing, which may not fit the limit)
-#   4. ddp    torchrun --nproc-per-node 2 train.py --steps 10, if 2+ GPUs are visible
+#   5. ddp    torchrun --nproc-per-node 2 train.py --steps 10, if 2+ GPUs are visible
 #             and train.py supports torchrun; skipped with a line otherwise, or if it
 #             fails before training starts
 # Without CUDA it prints one line and exits 0. Exit status: 1 if any part failed.
@@ -54,6 +57,7 @@ log "$(python -c 'import torch, triton; print("torch", torch.__version__, "trito
 
 part tests 90 python -m pytest -q -x tests/test_kernels_logprobs.py tests/test_kernels_linear.py
 part kernel 300 python bench/gpu_kernel_check.py  # its stdout goes into the report
+part qwen3 300 python bench/bench_qwen3.py
 RUNS="runs/gpu_check-$(date +%Y%m%d-%H%M%S)"  # fresh folder: train.py refuses to overwrite a run
 part train 150 python train.py --steps 50 --run-name gpu_check --runs-dir "$RUNS"
 
