@@ -62,6 +62,7 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "book_onpolicy": ([*BOOK, "--kl", "0", "--mu", "1"], "the book's 7_3_plus_tracking.py: one update, no KL, no clip"),
     "book_noclip": ([*BOOK, "--kl", "0", "--mu", "4", "--clip", "inf"],
                     "4 inner epochs sampled from the frozen copy, no clipping: far off-policy"),
+    "book_clip10": ([*BOOK, "--kl", "0", "--mu", "4"], "... with the book's own clip (eps 10, the torch.where form)"),
     "book_ppo_clip": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "ppo", "--ratio-level", "token", "--clip", "0.2"],
                       "... with PPO's clip at 0.2 per token instead"),
     "book_format": ([*BOOK, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight", "1"],
@@ -79,32 +80,31 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "recipes": (["baseline", "olmo3", "deepseek_v32"], "eval_acc,reward,entropy,resp_len,clip_frac,kl"),
     "book_kl": (["book_kl", "book_kl_matched", "book_kl_keepmask", "book_kl_k3", "book_kl_onpolicy"],
                 "eval_acc,kl,entropy+sampler_entropy,sampler_gap,resp_len,truncated_frac"),
-    "book_clip": (["book_onpolicy", "book_nokl", "book_noclip", "book_ppo_clip"],
+    "book_clip": (["book_onpolicy", "book_nokl", "book_noclip", "book_clip10", "book_ppo_clip"],
                   "eval_acc,ratio_max,clip_frac,entropy+sampler_entropy,ppo_kl,resp_len"),
     "book_format": (["book_format", "book_format_gated", "book_onpolicy"],
                     "eval_acc,reward_correct,reward_format,entropy+sampler_entropy,resp_len,truncated_frac"),
 }
 
 
-def collapses(run):
-    """Greedy accuracy ended below half of its own peak."""
-    return run["final"] < 0.5 * run["peak"]
-
-
-def holds(run):
-    """Greedy accuracy ended above three quarters of its own peak."""
-    return run["final"] > 0.75 * run["peak"]
+def broken_vs_fixed(broken, fixed, points=0.15):
+    """The lessons' one test: the broken run's greedy accuracy falls at least `points` from
+    its own peak and ends at least `points` below the fixed run's. (15 points: one prompt a
+    step is noisy, and runs that do not collapse still drift; EXPERIMENTS.md says how far.)"""
+    return broken["peak"] - broken["final"] >= points and fixed["final"] - broken["final"] >= points
 
 
 LESSONS = {  # lesson -> (experiments, check(their summaries for one seed) -> bool, the claim checked)
-    "naive_kl": (["book_kl", "book_kl_k3"], lambda k1, k3: collapses(k1) and holds(k3),
-                 "the book's k1 on summed log-probs collapses (ends below half its peak); k3 per token holds "
-                 "(ends above 3/4 of its peak)"),
-    "instability": (["book_noclip", "book_ppo_clip"], lambda noclip, clip: collapses(noclip) and holds(clip),
-                    "4 epochs from the frozen copy without clipping collapse; PPO's clip at 0.2 holds"),
+    "naive_kl": (["book_kl", "book_kl_k3"], broken_vs_fixed,
+                 "with the book's k1 KL on summed log-probs accuracy falls >= 15 points from its peak and ends "
+                 ">= 15 below k3 per token"),
+    "instability": (["book_noclip", "book_ppo_clip"], broken_vs_fixed,
+                    "with 4 inner epochs and no clipping accuracy falls >= 15 points from its peak and ends >= 15 "
+                    "below PPO's clip at 0.2"),
     "format_exploit": (["book_format", "book_format_gated"],
-                       lambda u, g: u["reward_format"] > 0.9 and collapses(u) and holds(g),
-                       "ungated, the format reward exceeds 0.9 while accuracy collapses; gated holds"),
+                       lambda u, g: u["reward_format"] > 0.9 and broken_vs_fixed(u, g),
+                       "ungated, the format reward exceeds 0.9 while accuracy falls >= 15 points from its peak and "
+                       "ends >= 15 below the gated run"),
 }
 
 

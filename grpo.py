@@ -119,6 +119,8 @@ RECIPES = {
                  mu=2, minibatches=1, resample_epochs=True, ratio_level="sequence", objective="book",
                  clip=10.0, kl=0.1, kl_estimator="k1", kl_level="sequence", loss_agg="seq_mean", lr=1e-4),
 }
+# ... and at the book's own scale, for its Qwen3-0.6B on MATH (docs/book_model.md): 7_5's lr, KL and budget
+RECIPES["book_qwen3"] = dict(RECIPES["book"], max_new_tokens=512, lr=1e-5, kl=0.001, eval_every=50, eval_size=500)
 
 
 # ---------------------------------------------------------------- 1. advantages
