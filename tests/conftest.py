@@ -51,3 +51,27 @@ def digit_reward(monkeypatch):
         r = float(text[:1].isdigit())
         return {"total": r, "correct": r, "format": 0.0, "format_paid": 0.0, "overlong": 0.0}
     monkeypatch.setattr(rewards, "score", score)
+
+
+# The one slow check: `python sft.py` from scratch (about 3 minutes of one core). It starts
+# in the background as soon as the tests are collected, so it runs on the second core while
+# the rest of the suite (one thread) runs on the first; test_warmstart.py waits for it.
+FRESH_BUILD_TEST = "test_a_fresh_build_reaches_the_shipped_quality"
+
+
+def pytest_collection_finish(session):
+    if any(item.name == FRESH_BUILD_TEST for item in session.items):
+        import subprocess
+        import tempfile
+        out = tempfile.mkdtemp(prefix="fresh_warm_")
+        log = open(os.path.join(out, "sft.log"), "w")
+        cmd = [sys.executable, "sft.py", "--out", os.path.join(out, "warmstart.pt"), "--pass-k", "0", "--threads", "1"]
+        session.config.fresh_build = (subprocess.Popen(cmd, cwd=os.path.dirname(os.path.dirname(__file__)), stdout=log,
+                                                       stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}),
+                                      out)
+
+
+@pytest.fixture(scope="session")
+def fresh_build(request):
+    """(process, folder) of the background `python sft.py` started at collection."""
+    return request.config.fresh_build
