@@ -16,15 +16,15 @@ SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUGS = [
  ("step seed ignores step", "train.py", "rank_seed(seed * 1_000_003 + step, rank)", "rank_seed(seed * 1_000_003, rank)",
   "tests/test_train.py::test_each_step_draws_its_own_problems tests/test_train.py::test_resume_continues_exactly"),
- ("pi_old refreshed every update", "grpo.py", "            if old_logp is None:\n                # K = 1", "            if True:\n                # K = 1",
+ ("pi_old refreshed every update", "grpo.py", "            if old_logp is None:\n                old_logp = logp.detach()", "            if True:\n                old_logp = logp.detach()",
   "tests/test_grpo_step.py -k 'later_updates or old_logprobs or ppo_kl'"),
- ("no pi_old pass for K>1", "grpo.py", "    if cfg.minibatches > 1:  # the second", "    if False:  # the second",
+ ("no pi_old pass for K>1", "grpo.py", "                if epoch > 0 or cfg.minibatches > 1:", "                if epoch > 0:",
   "tests/test_grpo_step.py -k 'old_logprobs or later_updates'"),
  ("prompt in loss mask", "rollouts.py", "    loss_mask[:, :P - 1] = False", "    pass",
   "tests/test_grpo_step.py -k loss_mask"),
- ("mask_truncated ignored", "grpo.py", "        loss_mask = loss_mask & ~batch.truncated[:, None]", "        pass",
+ ("mask_truncated ignored", "grpo.py", "loss_mask = batch.loss_mask & ~batch.truncated[:, None] if cfg.mask_truncated else batch.loss_mask", "loss_mask = batch.loss_mask",
   "tests/test_grpo_step.py -k loss_mask"),
- ("KL against the policy", "grpo.py", "            ref_logp, _ = logprobs(ref_model, everything)", "            ref_logp, _ = logprobs(model, everything)",
+ ("KL against the policy", "grpo.py", "ref_logp = batch_logprobs(ref_model, batch,", "ref_logp = batch_logprobs(policy, batch,",
   "tests/test_grpo_step.py -k kl_term"),
  ("reference copied after resume state", "train.py", "        ref_model = copy.deepcopy(model).eval().requires_grad_(False)\n    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)\n    if state is not None:\n        model.load_state_dict(state[\"model\"])", "        pass\n    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)\n    if state is not None:\n        model.load_state_dict(state[\"model\"])\n    if cfg.kl > 0:\n        ref_model = copy.deepcopy(model).eval().requires_grad_(False)",
   "tests/test_train.py::test_resume_continues_exactly"),
@@ -42,7 +42,7 @@ BUGS = [
   "tests/test_improvements.py -k gdpo"),
  ("recipe overrides explicit flags", "train.py", "    return ap, ap.parse_args(argv)", "    args = ap.parse_args(argv)\n    if recipe:\n        vars(args).update(grpo.RECIPES[recipe])\n    return ap, args",
   "tests/test_improvements.py -k 'recipe or explicit'"),
- ("training tests do not train (lr 0)", "grpo.py", "            opt.step()\n", "            pass\n",
+ ("training tests do not train (lr 0)", "grpo.py", "    opt.step()\n", "    pass\n",
   "tests/test_train.py::test_training_steps_see_mixed_rewards_and_gradients"),
 ]
 results = []
