@@ -45,14 +45,14 @@ def test_evaluate_is_greedy_whatever_the_generator_state(warm_policy, monkeypatc
 
 def test_evaluate_counts_the_correct_answers_on_a_hand_built_case(warm_policy, monkeypatch):
     model, enc = warm_policy()
-    cases = [  # (problem, the completion the model "writes", correct, think format)
-        (tasks.Problem("1+1", 2, ("1+1=2",)), "<think>1+1=2</think>\\boxed{2}", 1, 1),
-        (tasks.Problem("2+3", 5, ("2+3=5",)), "\\boxed{5}", 1, 0),  # right, without reasoning
-        (tasks.Problem("2+2", 4, ("2+2=4",)), "<think>2+2=4</think>\\boxed{5}", 0, 1),  # well-formed, wrong
-        (tasks.Problem("3*3", 9, ("3*3=9",)), "<think>3*3=9</think>", 0, 0),  # no answer
-        (tasks.Problem("7-0", 7, ("7-0=7",)), "\\boxed{7} so \\boxed{8}", 0, 0),  # the last box counts
+    cases = [  # (problem, the completion the model "writes"); in chunks of 2, the right answers in the second
+        (tasks.Problem("2+2", 4, ("2+2=4",)), "<think>2+2=4</think>\\boxed{5}"),  # well-formed, wrong
+        (tasks.Problem("3*3", 9, ("3*3=9",)), "<think>3*3=9</think>"),  # no answer
+        (tasks.Problem("1+1", 2, ("1+1=2",)), "<think>1+1=2</think>\\boxed{2}"),  # right and well-formed
+        (tasks.Problem("2+3", 5, ("2+3=5",)), "\\boxed{5}"),  # right, without reasoning
+        (tasks.Problem("7-0", 7, ("7-0=7",)), "\\boxed{7} so \\boxed{8}"),  # wrong: the last box counts
     ]
-    answers = {tuple(encode_text(enc, p.prompt)): text for p, text, _, _ in cases}
+    answers = {tuple(encode_text(enc, p.prompt)): text for p, text in cases}
 
     def generate(model, prompts, max_new_tokens, eos_id, greedy=False, **kw):
         assert greedy  # evaluation decodes greedily
