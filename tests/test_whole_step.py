@@ -105,6 +105,12 @@ def reward_table(monkeypatch, correct, fmt=None):
 
 # ---------------------------------------------------------------- first principles
 
+def completion(batch):
+    """(B, T) the targets that are generated tokens (after the left-padded prompt, in the
+    row): what the loss mask must be, derived here from the tokens' layout."""
+    return batch.mask[:, 1:] & (torch.arange(batch.tokens.shape[1] - 1) >= batch.prompt_len - 1)
+
+
 def logits_of(model, batch, T):
     """(B, T, V) float64 logits / T at every target position."""
     with torch.no_grad():
@@ -118,14 +124,14 @@ def logprobs(model, batch, T=1.0, rows=None, support=None):
     if support is not None:
         logits = logits.masked_fill(~support, float("-inf"))
     lp = logits.log_softmax(-1).gather(-1, batch.tokens[:, 1:, None])[..., 0]
-    lp = torch.where(batch.loss_mask, lp, 0.0)
+    lp = torch.where(completion(batch), lp, 0.0)
     return lp if rows is None else lp[rows]
 
 
 def entropies(model, batch, T=1.0):
     """(B, T) entropy of pi at each target position; 0 off the completion."""
     logp = logits_of(model, batch, T).log_softmax(-1)
-    return torch.where(batch.loss_mask, -(logp.exp() * logp).sum(-1), 0.0)
+    return torch.where(completion(batch), -(logp.exp() * logp).sum(-1), 0.0)
 
 
 def advantages(r, G, norm="group"):
@@ -186,7 +192,7 @@ def on_policy_grad(step, cfg, r=None, mask=None):
     with A from the rewards (the batch's total unless r is given)."""
     u = step.updates[0]
     r = step.batch.rewards["total"] if r is None else r
-    mask = step.batch.loss_mask if mask is None else mask
+    mask = completion(step.batch) if mask is None else mask
     W = token_weights(mask[u.rows], cfg.loss_agg, cfg.max_new_tokens)
     return -advantages(r, cfg.group_size, cfg.adv_norm)[u.rows, None] * W
 
@@ -220,7 +226,7 @@ def test_max_new_tokens_caps_completions_and_is_dr_grpos_denominator(warm_policy
     cfg = GRPOConfig(**{**BASE, "max_new_tokens": L, "loss_agg": "constant"})
     step = run(model, enc, cfg)
     b, P = step.batch, step.batch.prompt_len
-    n = b.loss_mask.sum(1)  # (B,) completion tokens, <|endoftext|> included
+    n = completion(b).sum(1)  # (B,) completion tokens, <|endoftext|> included
     ended = torch.tensor([(b.tokens[i, P:][b.mask[i, P:]] == enc.eot_token).any().item() for i in range(len(n))])
     assert n.max() <= L and torch.equal(b.truncated, ~ended)
     assert (n[b.truncated] == L).all() and b.truncated.any() and ended.any()
@@ -231,7 +237,7 @@ def test_max_new_tokens_caps_completions_and_is_dr_grpos_denominator(warm_policy
 def test_temperature_is_the_samplers_and_the_learners(warm_policy, table, T):
     model, enc = warm_policy()
     step = run(model, enc, GRPOConfig(**BASE, temperature=T))
-    b, m = step.batch, step.batch.loss_mask
+    b, m = step.batch, completion(step.batch)
     want = logprobs(step.before, b, T)
     torch.testing.assert_close(b.sampler_logp[m].double(), want[m], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(step.updates[0].logp[m].double(), want[m], rtol=1e-4, atol=1e-5)
@@ -277,7 +283,7 @@ def nucleus(model, batch, T=1.0, top_k=0, top_p=1.0):
 def test_top_p_and_top_k_draw_only_from_what_they_keep(warm_policy, table, flag):
     model, enc = warm_policy()
     step = run(model, enc, GRPOConfig(**BASE, **flag))
-    b, m = step.batch, step.batch.loss_mask
+    b, m = step.batch, completion(step.batch)
     keep = nucleus(step.before, b, **flag)
     V = keep.shape[-1]
     assert keep.gather(-1, b.tokens[:, 1:, None])[..., 0][m].all()  # every sampled token is in the kept set
@@ -309,7 +315,7 @@ def test_learner_temperature_scores_pi_theta_pi_old_and_pi_ref_and_nothing_else(
     ref = perturbed(model)
     cfg = GRPOConfig(**{**BASE, "minibatches": 2}, temperature=0.7, learner_temperature=learner_T, kl=0.1)
     step = run(model, enc, cfg, ref=ref)
-    b, m, T = step.batch, step.batch.loss_mask, 0.7 if learner_T is None else learner_T
+    b, m, T = step.batch, completion(step.batch), 0.7 if learner_T is None else learner_T
     # the samples are the sampler's, at 0.7: the same tokens as without a learner temperature
     baseline = run(*warm_policy(), GRPOConfig(**{**BASE, "minibatches": 2}, temperature=0.7, kl=0.1), ref=ref)
     assert torch.equal(b.tokens, baseline.batch.tokens)
@@ -383,7 +389,7 @@ def test_overlong_cache_penalises_the_last_tokens_linearly(warm_policy, cache):
     cfg = GRPOConfig(**REAL, overlong_cache=cache)
     step = run(model, enc, cfg)
     b, L = step.batch, cfg.max_new_tokens
-    n = b.loss_mask.sum(1).double()  # completion tokens
+    n = completion(b).sum(1).double()  # completion tokens
     penalty = ((L - cache - n) / cache).clamp(-1, 0) if cache else torch.zeros_like(n)  # DAPO: 0 ... -1 at L
     assert not cache or ((penalty < 0) & (penalty > -1)).any() and (penalty == 0).any()
     torch.testing.assert_close(b.rewards["overlong"].double(), penalty)
@@ -413,7 +419,7 @@ def test_reward_norm_gdpo_gives_the_advantages_of_a_known_reward_table(warm_poli
         model, enc = warm_policy()
         cfg = GRPOConfig(**BASE, format_weight=1.0, reward_norm=norm)
         step = run(model, enc, cfg, n_prompts=3)
-        W = token_weights(step.batch.loss_mask, cfg.loss_agg)
+        W = token_weights(completion(step.batch), cfg.loss_agg)
         assert_grad(step.updates[0], -torch.tensor(want, dtype=torch.float64)[:, None] * W)
 
 
@@ -465,7 +471,7 @@ def off_policy(warm_policy, cfg, **kw):
     u, b = step.updates[1], step.batch
     lp, old = logprobs(u.policy, b, cfg.temperature, u.rows), logprobs(step.before, b, cfg.temperature, u.rows)
     A = advantages(b.rewards["total"], cfg.group_size, cfg.adv_norm)[u.rows]
-    W = token_weights(b.loss_mask[u.rows], cfg.loss_agg, cfg.max_new_tokens)
+    W = token_weights(completion(b)[u.rows], cfg.loss_agg, cfg.max_new_tokens)
     return step, u, lp, old, A, W, ((lp - old) * (W > 0)).exp()
 
 
@@ -549,7 +555,7 @@ def test_minibatches_from_first_principles(warm_policy, table, n_prompts, K, mu)
     model, enc = warm_policy()
     cfg = GRPOConfig(**{**BASE, "mu": mu, "minibatches": K})
     step = run(model, enc, cfg, n_prompts=n_prompts)
-    G, m = cfg.group_size, step.batch.loss_mask
+    G, m = cfg.group_size, completion(step.batch)
     assert len(step.updates) == K * mu
     for e in range(mu):
         epoch = step.updates[e * K:(e + 1) * K]
@@ -572,7 +578,7 @@ def test_resample_epochs_sample_the_same_prompts_again_from_the_frozen_pi_old(wa
     assert first is step.batch and second is not first
     assert second.problems == first.problems  # the same prompts, in the same groups
     assert [t for t in second.texts] != [t for t in first.texts]  # fresh answers
-    m = second.loss_mask
+    m = completion(second)
     frozen, updated = logprobs(step.before, second), logprobs(step.updates[1].policy, second)
     torch.testing.assert_close(second.sampler_logp[m].double(), frozen[m], rtol=1e-4, atol=1e-5)  # drawn by pi_old
     assert (updated[m] - frozen[m]).abs().max() > 0.1  # not by the updated policy
@@ -593,7 +599,7 @@ def test_mask_truncated_gives_cut_off_answers_no_weight(warm_policy, table, trun
     A = advantages(b.rewards["total"], 4)
     cut = b.truncated
     assert (cut & (A != 0)).any() and (~cut & (A != 0)).any()
-    mask = b.loss_mask & ~cut[:, None] if truncated else b.loss_mask
+    mask = completion(b) & ~cut[:, None] if truncated else completion(b)
     assert_grad(step.updates[0], on_policy_grad(step, cfg, mask=mask))
     assert (step.updates[0].grad[cut].abs().sum(1) > 0).any() != truncated
 
@@ -632,7 +638,7 @@ def test_kl_estimator_level_and_reweight_through_the_step(warm_policy, table, fl
     step = run(model, enc, cfg, ref=ref if cfg.kl > 0 else None)
     u, b = step.updates[0], step.batch
     lp, refp = logprobs(step.before, b), logprobs(ref, b)
-    W = token_weights(b.loss_mask, cfg.loss_agg)
+    W = token_weights(completion(b), cfg.loss_agg)
     g, value = kl_grad(lp, lp, refp, W, cfg)
     assert_grad(u, on_policy_grad(step, cfg) + g, atol=1e-6)
     if cfg.kl > 0:
@@ -646,7 +652,7 @@ def test_kl_estimator_level_and_reweight_through_the_step(warm_policy, table, fl
 # ---------------------------------------------------------------- entropy bonus, fused head
 
 def mean_entropy(model, batch, T=1.0):
-    return entropies(model, batch, T)[batch.loss_mask].mean().item()
+    return entropies(model, batch, T)[completion(batch)].mean().item()
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.5])
@@ -660,7 +666,7 @@ def test_entropy_coef_is_a_bonus_the_step_raises_the_entropy(warm_policy, table,
         steps.append((run(model, enc, cfg, opt=torch.optim.SGD(model.parameters(), lr=0.5)), model))
     (without, after0), (step, after) = steps
     assert torch.equal(step.batch.tokens, without.batch.tokens)
-    u, W = step.updates[0], token_weights(step.batch.loss_mask)
+    u, W = step.updates[0], token_weights(completion(step.batch))
     if alpha:  # d loss / d H_t = -alpha * (the token's weight): a bonus, not a penalty
         torch.testing.assert_close(u.entropy_grad.double(), -alpha * W)
         assert mean_entropy(after, step.batch) > mean_entropy(after0, step.batch) + 1e-3
@@ -684,7 +690,7 @@ def test_fused_head_goes_from_hidden_states_without_the_logits(warm_policy, tabl
     step = run(model, enc, cfg, ref=perturbed(model))
     assert len(calls) == 4  # pi_ref, pi_old, and pi_theta in two minibatches
     assert set(calls) == {"linear_logprobs_and_entropy" if fused else "token_logprobs_and_entropy"}
-    m = step.batch.loss_mask
+    m = completion(step.batch)
     for u in step.updates:
         torch.testing.assert_close(u.logp[m[u.rows]].double(), logprobs(u.policy, step.batch, 1.0, u.rows)[m[u.rows]],
                                    rtol=1e-4, atol=1e-5)
@@ -698,7 +704,7 @@ def test_tis_cap_weights_each_token_by_the_capped_learner_to_sampler_ratio(warm_
     model, enc = warm_policy()
     cfg = GRPOConfig(**BASE, temperature=1.6, learner_temperature=1.0, tis_cap=cap)
     step = run(model, enc, cfg)
-    b, m = step.batch, step.batch.loss_mask
+    b, m = step.batch, completion(step.batch)
     ratio = (logprobs(step.before, b, 1.0) - logprobs(step.before, b, 1.6)).exp()  # pi_old / pi_sampler
     assert (ratio[m] > 1.3).sum() >= 5 and (ratio[m] < 1.0).sum() >= 5  # the cap is reached, and not everywhere
     weight = ratio.clamp(max=cap) if cap else torch.ones_like(ratio)
@@ -711,7 +717,7 @@ def test_keep_sampling_mask_makes_the_learners_logprobs_the_samplers(warm_policy
     model, enc = warm_policy()
     cfg = GRPOConfig(**{**BASE, "minibatches": 2}, top_p=0.6, keep_sampling_mask=keep)
     step = run(model, enc, cfg)
-    b, m = step.batch, step.batch.loss_mask
+    b, m = step.batch, completion(step.batch)
     support = nucleus(step.before, b, top_p=0.6)
     assert support.sum(-1)[m].float().mean() < support.shape[-1] / 4
     for u in step.updates:  # pi_theta, and pi_old from its pass, both over the sampler's support (or not)
@@ -731,7 +737,7 @@ def test_off_policy_mask_drops_the_negative_sequences_far_from_the_sampler(warm_
     sampler is the mean of log pi_sampler - log pi; the negative ones past delta get no weight."""
     cfg = GRPOConfig(**BASE, top_p=0.6)
     off = run(*warm_policy(), cfg)
-    b, m = off.batch, off.batch.loss_mask
+    b, m = off.batch, completion(off.batch)
     kl = ((b.sampler_logp.double() - logprobs(off.before, b)) * m).sum(1) / m.sum(1)  # (B,)
     A = advantages(b.rewards["total"], 4)
     neg = sorted(set(kl[A < 0].tolist()))  # (equal answers have equal KLs)
