@@ -114,7 +114,7 @@ def book_format_reward(completion: str) -> float:
     checked: no reasoning inside, no answer after. (The book compares token ids; our
     model writes the tags as their single ids, which decode to exactly these strings.)"""
     start = completion.find(OPEN)
-    return 1.0 if start >= 0 and completion.find(CLOSE) > start else 0.0
+    return 1.0 if start >= 0 and completion.find(CLOSE, start) >= 0 else 0.0
 
 
 FORMAT_CHECKS = {"strict": format_reward, "book": book_format_reward}  # --format-check

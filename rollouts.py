@@ -109,8 +109,11 @@ def group_rows(keep, G):
 
 
 def minibatch_rows(B, G, K):
-    """K lists of row indices, each of whole groups, in order, together covering the batch."""
-    return [group_rows(torch.isin(torch.arange(B // G), chunk), G) for chunk in torch.arange(B // G).chunk(K)]
+    """K lists of row indices (one per group if there are fewer groups), each of whole
+    groups, in order, their sizes within one group of each other, covering the batch.
+    (tensor_split, not chunk: chunk gives 6 groups in 3 parts for K = 4, 10 as 3+3+3+1.)"""
+    return [group_rows(torch.isin(torch.arange(B // G), part), G)
+            for part in torch.arange(B // G).tensor_split(min(K, B // G))]
 
 
 def zero_variance_groups(rewards, G):

@@ -25,6 +25,18 @@ def tiny_warm(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def warm_policy(tiny_warm):
+    """Factory of a fresh copy of the tiny warm start, and its tokenizer: make() -> (model, enc)."""
+    from model import load_checkpoint
+    from tokenizer import build_tokenizer
+    enc = build_tokenizer(load_checkpoint(tiny_warm[0])[1]["tokenizer"])
+
+    def make():
+        return load_checkpoint(tiny_warm[0])[0], enc
+    return make
+
+
+@pytest.fixture(scope="session")
 def enc():
     """A bytes-only tokenizer (259 tokens): enough for models that need no trained merges."""
     from tokenizer import build_tokenizer

@@ -34,6 +34,37 @@ def test_clipped_objective_every_case(r, A, obj, grad):
     assert o == pytest.approx(obj) and g == pytest.approx(grad)
 
 
+@pytest.mark.parametrize("r,A,obj,grad", [
+    (0.5, 1.0, 0.5, 1.0),     # A > 0: PPO's. Below 1-eps: never clipped
+    (1.1, 1.0, 1.1, 1.0),     # inside
+    (1.5, 1.0, 1.2, 0.0),     # above 1+eps: clipped, no gradient
+    (0.5, -1.0, -0.5, -1.0),  # A < 0, below 1-eps: max(-0.5, -0.8) keeps the gradient (PPO: clipped)
+    (1.1, -1.0, -1.1, -1.0),  # inside
+    (1.5, -1.0, -1.2, 0.0),   # above 1+eps: max(-1.5, -1.2) is the clipped constant (PPO: -1.5, gradient -1)
+    (0.5, 0.0, 0.0, 0.0),     # A = 0: nothing, on any side
+    (1.0, 0.0, 0.0, 0.0),
+    (1.5, 0.0, 0.0, 0.0),
+])
+def test_book_objective_every_case(r, A, obj, grad):
+    """torch.where(A >= 0, min(r A, clip(r) A), max(r A, clip(r) A)), eps 0.2, by hand."""
+    ratio = torch.tensor([r], dtype=torch.float64, requires_grad=True)
+    out = grpo.book_objective(ratio, torch.tensor([A], dtype=torch.float64), 0.2, 0.2)
+    out.sum().backward()
+    assert out.item() == pytest.approx(obj) and ratio.grad.item() == pytest.approx(grad)
+
+
+def test_book_clip_fraction_counts_where_its_gradient_stops():
+    """r > 1 + eps_high for either sign of A (where book_objective's gradient is zero); never r < 1 - eps."""
+    logp = torch.zeros(2, 3)
+    old = -torch.log(torch.tensor([[1.5, 0.5, 1.0], [1.5, 0.5, 1.0]]))  # ratios 1.5, 0.5, 1 in each row
+    adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 3, dtype=torch.bool)
+    cfg = GRPOConfig(objective="book", clip=0.2)
+    _, s = loss_and_stats(logp, old, None, adv, mask, cfg)
+    assert s["clip_frac"].item() == pytest.approx(2 / 6) and s["clip_frac_low"].item() == 0.0
+    _, s = loss_and_stats(logp, old, None, adv, mask, GRPOConfig(clip=0.2))  # PPO: 1.5 at A > 0, 0.5 at A < 0
+    assert s["clip_frac_high"].item() == pytest.approx(1 / 6) and s["clip_frac_low"].item() == pytest.approx(1 / 6)
+
+
 def test_clip_higher_and_dual_clip():
     assert surrogate_and_grad(1.25, 1.0, 0.2, 0.28) == pytest.approx((1.25, 1.0))  # inside the raised bound
     assert surrogate_and_grad(1.3, 1.0, 0.2, 0.28) == pytest.approx((1.28, 0.0))
@@ -210,3 +241,24 @@ def test_nan_guard_fires_before_the_update(enc, tiny_model, digit_reward, monkey
                        torch.Generator().manual_seed(0))
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k  # the weights were not touched
+
+
+def test_nan_guard_fires_for_a_finite_loss_with_a_non_finite_gradient(enc, tiny_model, digit_reward, monkeypatch):
+    real = grpo.batch_logprobs
+
+    def poisoned(*a, **k):  # the loss stays finite; its gradient does not
+        logp, ent = real(*a, **k)
+        if torch.is_grad_enabled():
+            logp.register_hook(lambda g: g * float("nan"))
+        return logp, ent
+    monkeypatch.setattr(grpo, "batch_logprobs", poisoned)
+    model = tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    stream = tasks.problems("easy", 0)
+    with pytest.raises(FloatingPointError, match=r"non-finite loss \(-?\d.*\) or gradient norm \(nan\)"):
+        grpo.grpo_step(model, None, opt, enc, lambda: next(stream), 2,
+                       GRPOConfig(group_size=2, max_new_tokens=2, mu=1), torch.Generator().manual_seed(0))
+    assert not opt.state  # Adam never stepped
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k

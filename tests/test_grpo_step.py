@@ -39,9 +39,12 @@ CFG = dict(group_size=4, max_new_tokens=4, temperature=2.0)  # hot: varied sampl
 
 
 def test_minibatches_split_whole_groups_covering_the_batch():
-    for B, G, K in [(32, 4, 2), (32, 4, 3), (24, 8, 3), (16, 4, 1)]:
+    """K non-empty minibatches of whole groups whose sizes differ by at most one group
+    (fewer, one group each, when there are fewer groups than K), counted by hand."""
+    for B, G, K, sizes in [(32, 4, 2, [4, 4]), (32, 4, 3, [3, 3, 2]), (24, 8, 3, [1, 1, 1]), (16, 4, 1, [4]),
+                           (24, 4, 4, [2, 2, 1, 1]), (40, 4, 4, [3, 3, 2, 2]), (8, 4, 3, [1, 1])]:
         parts = rollouts.minibatch_rows(B, G, K)
-        assert len(parts) == K
+        assert [len(p) // G for p in parts] == sizes, (B, G, K)
         rows = torch.cat(parts)
         assert sorted(rows.tolist()) == list(range(B))  # disjoint and covering
         for p in parts:
@@ -55,7 +58,7 @@ def test_k_minibatches_take_k_times_mu_optimizer_steps(enc, tiny_model, digit_re
     losses = spy(monkeypatch, "grpo_loss")
     run_step(enc, tiny_model(), GRPOConfig(**CFG, mu=mu, minibatches=K), n_prompts=4)
     assert len(steps) == mu * K
-    assert [len(c[3]) for c in losses[:K]] == [len(r) for r in rollouts.minibatch_rows(16, 4, K)]
+    assert [len(c[3]) for c in losses[:K]] == {1: [16], 2: [8, 8]}[K]  # 4 groups of 4 rows, in K minibatches
 
 
 @pytest.mark.parametrize("mu,K", [(1, 1), (2, 1), (1, 2), (2, 2)])

@@ -131,6 +131,19 @@ def test_every_recipe_prints_its_resolved_flags(name):
     train.check_args(args)
 
 
+def test_book_recipe_prints_the_books_values():
+    """7_5_plus_kl.py's algorithm, typed here as the book gives it (not read from RECIPES)."""
+    out = subprocess.run([sys.executable, "train.py", "--recipe", "book", "--print-config"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    resolved = json.loads(out.stdout)
+    book = dict(prompts_per_step=1, group_size=8, temperature=0.8, top_p=0.9, learner_temperature=1.0,
+                ratio_level="sequence", objective="book", clip=10.0, mu=2, minibatches=1, resample_epochs=True,
+                kl_estimator="k1", kl_level="sequence", loss_agg="seq_mean")
+    assert {k: resolved[k] for k in book} == book
+    assert resolved["kl"] > 0 and resolved["clip_high"] is None  # a k1 penalty to a reference; eps 10 on both sides
+
+
 def test_explicit_flag_overrides_the_recipe():
     _, args = train.parse_args(["--recipe", "dapo", "--clip-high", "0.4", "--no-dynamic-sampling"])
     assert args.clip_high == 0.4 and args.dynamic_sampling is False and args.loss_agg == "token_mean"

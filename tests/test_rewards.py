@@ -12,8 +12,8 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from rewards import (MAX_DIGITS, correctness_reward, extract_boxed, format_reward,  # noqa: E402
-                     overlong_penalty, parse_int, score)
+from rewards import (MAX_DIGITS, book_format_reward, correctness_reward, extract_boxed,  # noqa: E402
+                     format_reward, overlong_penalty, parse_int, score)
 
 GOOD = "<think>7+5=12 12-3=9 9*2=18</think>\\boxed{18}"
 
@@ -119,6 +119,27 @@ def test_correctness_reward(completion, answer, expected):
 ])
 def test_format_reward(completion, expected):
     assert format_reward(completion) == expected
+
+
+# ---- book_format_reward (--format-check book) ------------------------------------
+
+@pytest.mark.parametrize("completion, expected", [
+    (GOOD, 1.0),
+    ("<think></think>", 1.0),                     # nothing inside is required...
+    ("<think>x</think>", 1.0),                    # ...nor an answer after
+    ("so <think>x</think> \\boxed{1} done", 1.0),  # nor anything of the text around
+    ("<think>a</think><think>b</think>", 1.0),    # two blocks: still a close after the first open
+    ("</think> <think>x</think>", 1.0),           # a stray close first, then a block
+    ("\\boxed{18}", 0.0),                         # no tags
+    ("", 0.0),
+    ("<think>7+5=12 \\boxed{12}", 0.0),           # never closed
+    ("</think>", 0.0),
+    ("</think><think>x", 0.0),                    # the close before the open, none after
+    ("<think", 0.0),
+])
+def test_book_format_reward(completion, expected):
+    assert book_format_reward(completion) == expected
+    assert score(completion, 18, 10, format_weight=0.5, format_check="book")["format"] == expected
 
 
 # ---- overlong_penalty ------------------------------------------------------------

@@ -143,6 +143,68 @@ def test_nan_guard_stops_with_the_step_and_keeps_the_checkpoint(warm, tmp_path, 
     assert [r["step"] for r in read_metrics(str(tmp_path / "r"))] == [0, 1, 2]
 
 
+def test_nan_guard_stops_a_finite_loss_with_a_non_finite_gradient(warm, tmp_path, monkeypatch):
+    """At step 3 the loss is finite but its gradient NaN: the step stops before the
+    optimizer, naming the step, and the run's checkpoint and metrics stop at step 2."""
+    real, calls = grpo.batch_logprobs, []
+
+    def poisoned(*a, **k):
+        logp, ent = real(*a, **k)
+        if torch.is_grad_enabled():  # pi_theta: one pass a step at mu 1, K 1
+            calls.append(1)
+            if len(calls) == 3:
+                logp.register_hook(lambda g: g * float("nan"))
+        return logp, ent
+    monkeypatch.setattr(grpo, "batch_logprobs", poisoned)
+    with pytest.raises(SystemExit, match=r"step 3: non-finite loss \(-?\d.*\) or gradient norm \(nan\)"):
+        train.main(args_for(warm, tmp_path, "--steps", "5", "--save-every", "2", "--mu", "1", "--minibatches", "1"))
+    assert torch.load(tmp_path / "r" / "ckpt_latest.pt", weights_only=True)["step"] == 2
+    assert [r["step"] for r in read_metrics(str(tmp_path / "r"))] == [0, 1, 2]
+
+
+def test_the_reference_stays_the_warm_start_across_a_run_and_its_resume(warm, tmp_path, monkeypatch):
+    """Every step's reference model holds the warm start's weights exactly, the policy
+    does not, and the logged KL is > 0 once the policy has moved; the same after --resume."""
+    seen = []  # (step's reference weights, the policy's after the step)
+    real = grpo.grpo_step
+
+    def spy(model, ref_model, *a):
+        out = real(model, ref_model, *a)
+        seen.append(({k: v.clone() for k, v in ref_model.state_dict().items()},
+                     {k: v.clone() for k, v in model.state_dict().items()}))
+        return out
+    monkeypatch.setattr(grpo, "grpo_step", spy)
+    flags = ["--kl", "0.1", "--lr", "3e-3", "--save-every", "1", "--eval-every", "10", "--mu", "1"]
+    run_dir = train.main(args_for(warm, tmp_path, "--steps", "2", *flags))
+    train.main(train.get_parser().parse_args(["--resume", run_dir, "--steps", "4", "--threads", "1"]))
+    start = torch.load(warm, weights_only=True)["model"]
+    assert len(seen) == 4  # two steps, then two more after resuming
+    for ref, policy in seen:
+        assert all(torch.equal(ref[k], start[k]) for k in start)
+        assert any(not torch.equal(policy[k], start[k]) for k in start)
+    rows = read_metrics(run_dir)[1:]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and rows[0]["kl"] == 0.0  # step 1: the policy is its reference
+    assert all(r["kl"] > 0 for r in rows[1:])
+
+
+def test_a_run_saved_before_a_flag_existed_resumes_with_its_default(warm, tmp_path, monkeypatch):
+    run_dir = train.main(args_for(warm, tmp_path, "--steps", "1", "--kl", "0.05", "--mu", "1"))
+    path = os.path.join(run_dir, "ckpt_latest.pt")
+    ckpt = torch.load(path, weights_only=True)
+    newer = ["learner_temperature", "resample_epochs", "format_check", "objective"]
+    for name in newer:  # as a checkpoint written before these flags existed
+        del ckpt["args"][name]
+    torch.save(ckpt, path)
+    configs, real = [], grpo.grpo_step
+    monkeypatch.setattr(grpo, "grpo_step", lambda *a: configs.append(a[6]) or real(*a))
+    train.main(train.get_parser().parse_args(["--resume", run_dir, "--steps", "2", "--threads", "1"]))
+    (cfg,) = configs
+    defaults = {f.name: f.default for f in dataclasses.fields(grpo.GRPOConfig)}
+    assert {name: getattr(cfg, name) for name in newer} == {name: defaults[name] for name in newer}
+    assert cfg.kl == 0.05  # the flags it did save still apply
+    assert [r["step"] for r in read_metrics(run_dir)] == [0, 1, 2]
+
+
 def test_existing_run_folder_is_refused(warm, tmp_path):
     train.main(args_for(warm, tmp_path, "--steps", "1"))
     with pytest.raises(ValueError, match="already has a run"):

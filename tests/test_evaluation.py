@@ -1,0 +1,79 @@
+"""evaluation.evaluate: greedy and deterministic, counting right, on a held-out set training never sees."""
+import pytest
+import torch
+
+import evaluation
+import tasks
+import train
+from model import Sampled
+from tokenizer import encode_completion, encode_text
+
+
+def greedy_by_hand(model, enc, prompt, max_new_tokens):
+    """The argmax continuation of one prompt: a full forward per token, no cache, no batch."""
+    ids = encode_text(enc, prompt)
+    out = []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            nxt = int(model(torch.tensor([ids + out]))[0, -1].argmax())
+            out.append(nxt)
+            if nxt == enc.eot_token:
+                break
+    return out
+
+
+def test_evaluate_is_greedy_whatever_the_generator_state(warm_policy, monkeypatch):
+    model, enc = warm_policy()
+    problems = tasks.eval_set("easy", 6)
+    seen, real = [], evaluation.generate
+    monkeypatch.setattr(evaluation, "generate", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    torch.manual_seed(0)
+    first = evaluation.evaluate(model, enc, problems, max_new_tokens=12, batch_size=4)
+    torch.manual_seed(123)
+    torch.rand(1000)  # another global generator state
+    second = evaluation.evaluate(model, enc, problems, max_new_tokens=12, batch_size=4)
+    assert first == second and len(seen) == 4  # two chunks (4 + 2 problems) per call
+    for a, b in zip(seen[:2], seen[2:]):
+        assert torch.equal(a.tokens, b.tokens) and torch.equal(a.mask, b.mask)
+    P = [max(len(encode_text(enc, p.prompt)) for p in problems[:4]), len(encode_text(enc, problems[4].prompt))]
+    for chunk, out, prompt_len in zip([problems[:4], problems[4:]], seen[:2], P):  # the argmax tokens, row by row
+        for i, p in enumerate(chunk):
+            got = out.tokens[i, prompt_len:][out.mask[i, prompt_len:]].tolist()
+            assert got == greedy_by_hand(model, enc, p.prompt, 12), p.expr
+    assert model.training  # left as it was found
+
+
+def test_evaluate_counts_the_correct_answers_on_a_hand_built_case(warm_policy, monkeypatch):
+    model, enc = warm_policy()
+    cases = [  # (problem, the completion the model "writes"); in chunks of 2, the right answers in the second
+        (tasks.Problem("2+2", 4, ("2+2=4",)), "<think>2+2=4</think>\\boxed{5}"),  # well-formed, wrong
+        (tasks.Problem("3*3", 9, ("3*3=9",)), "<think>3*3=9</think>"),  # no answer
+        (tasks.Problem("1+1", 2, ("1+1=2",)), "<think>1+1=2</think>\\boxed{2}"),  # right and well-formed
+        (tasks.Problem("2+3", 5, ("2+3=5",)), "\\boxed{5}"),  # right, without reasoning
+        (tasks.Problem("7-0", 7, ("7-0=7",)), "\\boxed{7} so \\boxed{8}"),  # wrong: the last box counts
+    ]
+    answers = {tuple(encode_text(enc, p.prompt)): text for p, text in cases}
+
+    def generate(model, prompts, max_new_tokens, eos_id, greedy=False, **kw):
+        assert greedy  # evaluation decodes greedily
+        P = max(map(len, prompts))
+        rows = [[eos_id] * (P - len(p)) + p + encode_completion(enc, answers[tuple(p)]) + [eos_id] for p in prompts]
+        L = max(map(len, rows))
+        tokens = torch.tensor([r + [eos_id] * (L - len(r)) for r in rows])
+        mask = torch.tensor([[P - len(p) <= j < len(r) for j in range(L)] for p, r in zip(prompts, rows)])
+        return Sampled(tokens, mask, None, None, None)
+    monkeypatch.setattr(evaluation, "generate", generate)
+    out = evaluation.evaluate(model, enc, [c[0] for c in cases], batch_size=2)  # three chunks
+    assert out == {"accuracy": pytest.approx(2 / 5), "format": pytest.approx(2 / 5)}
+
+
+@pytest.mark.parametrize("level", list(tasks.LEVELS))
+def test_the_held_out_set_is_disjoint_from_training(level):
+    held_out = {p.expr for p in tasks.eval_set(level, 200)}
+    assert len(held_out) == 200 and held_out == {p.expr for p in tasks.eval_set(level, 200)}  # fixed
+    trained = set()
+    for seed in range(3):
+        for step in range(1, 11):  # the problems train.py draws for each (seed, step)
+            source = train.problem_source(level, seed, step)
+            trained |= {source().expr for _ in range(50)}
+    assert len(trained) > 100 and not held_out & trained
