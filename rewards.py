@@ -110,11 +110,12 @@ def format_reward(completion: str) -> float:
 
 def book_format_reward(completion: str) -> float:
     """The book's format reward (7_6_plus_format_reward.py, `reward_format`): 1.0 if the
-    completion holds `<think>` and, after its first one, `</think>`. Nothing else is
-    checked: no reasoning inside, no answer after. (The book compares token ids; our
-    model writes the tags as their single ids, which decode to exactly these strings.)"""
-    start = completion.find(OPEN)
-    return 1.0 if start >= 0 and completion.find(CLOSE, start) >= 0 else 0.0
+    completion holds both tags and the first `<think>` comes before the first `</think>`
+    (`gen.index(THINK) < gen.index(END_THINK)`, so a stray `</think>` first means 0).
+    Nothing else is checked: no reasoning inside, no answer after. (The book compares token
+    ids; our model writes the tags as their single ids, which decode to these strings.)"""
+    start, close = completion.find(OPEN), completion.find(CLOSE)
+    return 1.0 if 0 <= start < close else 0.0
 
 
 FORMAT_CHECKS = {"strict": format_reward, "book": book_format_reward}  # --format-check

@@ -129,7 +129,7 @@ def test_format_reward(completion, expected):
     ("<think>x</think>", 1.0),                    # ...nor an answer after
     ("so <think>x</think> \\boxed{1} done", 1.0),  # nor anything of the text around
     ("<think>a</think><think>b</think>", 1.0),    # two blocks: still a close after the first open
-    ("</think> <think>x</think>", 1.0),           # a stray close first, then a block
+    ("</think> <think>x</think>", 0.0),           # the book's first close comes before its first open
     ("\\boxed{18}", 0.0),                         # no tags
     ("", 0.0),
     ("<think>7+5=12 \\boxed{12}", 0.0),           # never closed

@@ -337,8 +337,8 @@ REAL = dict(BASE, max_new_tokens=16)  # 16 tokens: some answers end, some are cu
 
 
 def book_format(text):
-    """The book's check, by hand: a <think> and, after it, a </think>."""
-    return float("<think>" in text and "</think>" in text[text.find("<think>"):])
+    """The book's check, by hand: both tags, the first <think> before the first </think>."""
+    return float("<think>" in text and "</think>" in text and text.index("<think>") < text.index("</think>"))
 
 
 @pytest.mark.parametrize("w", [0.0, 0.5])
