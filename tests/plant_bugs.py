@@ -138,12 +138,20 @@ BUGS = [
   "tests/test_evaluation.py -k held_out"),
  ("book recipe scores at the sampler's temperature", "grpo.py", "top_p=0.9, learner_temperature=1.0,", "top_p=0.9,",
   "tests/test_improvements.py -k book_recipe"),
+ ("a listed command repeats a flag", "experiments.py", "    return [x for name, values in merged.items() for x in (name, *values)]", "    return [x for flags in flag_lists for x in flags]",
+  "tests/test_experiments.py -k each_flag_once"),
+ ("an experiment named after a recipe spells its flags", "experiments.py", '"dapo": (["--recipe", "dapo"]', '"dapo": (["--clip-high", "0.28", "--loss-agg", "token_mean"]',
+  "tests/test_experiments.py -k named_after_a_recipe"),
+ ("the first move read off the last eval, not the best", "experiments.py", '            best = max(best, r["eval_acc"])', '            best = r["eval_acc"] if best < 0 else best',
+  "tests/test_experiments.py -k first_moves"),
+ ("train.py starts from another warm start", "sft.py", 'DEFAULT_CKPT = "checkpoints/warmstart.pt"', 'DEFAULT_CKPT = "checkpoints/warm_start.pt"',
+  "tests/test_warmstart.py -k train_starts"),
 ]
 only = sys.argv[1:]  # python tests/plant_bugs.py "TIS" "off-policy": only the bugs whose names contain one of these
 results = []
 for name, f, old, new, tests in [b for b in BUGS if not only or any(w in b[0] for w in only)]:
     work = os.path.join(tempfile.mkdtemp(), "tree")
-    shutil.copytree(SRC, work, ignore=shutil.ignore_patterns("runs", ".git", "__pycache__", "figures", "checkpoints"))
+    shutil.copytree(SRC, work, ignore=shutil.ignore_patterns("runs", ".git", "__pycache__", "figures"))
     p = os.path.join(work, f)
     src = open(p).read()
     if src.count(old) != 1:  # the code moved on: fix the entry, or the bug goes unguarded

@@ -1,4 +1,5 @@
 """experiments.py: every experiment's flags are valid train.py flags; seeds, table and lessons read runs."""
+import argparse
 import json
 
 import pytest
@@ -79,3 +80,29 @@ def test_table_goes_between_the_markers(tmp_path):
     doc.write_text("intro\n<!-- experiments table: begin -->\nold\n<!-- experiments table: end -->\nrest\n")
     experiments.write_between_markers(str(doc), "| new |")
     assert doc.read_text() == "intro\n<!-- experiments table: begin -->\n| new |\n<!-- experiments table: end -->\nrest\n"
+
+
+def test_every_listed_command_gives_each_flag_once():
+    for name in experiments.EXPERIMENTS:
+        flags = [t for t in experiments.train_flags(name) if t.startswith("--")]
+        assert len(flags) == len(set(flags)), (name, flags)
+    # a later list replaces an earlier value, in the earlier place
+    assert experiments.merge_flags(["--steps", "100", "--gated"], ["--steps", "80"]) == ["--steps", "80", "--gated"]
+
+
+def test_an_experiment_named_after_a_recipe_runs_that_recipe():
+    import grpo
+    for name, (flags, _) in experiments.EXPERIMENTS.items():
+        recipe = name if name in grpo.RECIPES else name.split("_")[0] if name.startswith("book") else None
+        if recipe:
+            assert flags[flags.index("--recipe") + 1] == recipe, name
+
+
+def test_a_lesson_name_runs_its_experiments(monkeypatch, tmp_path):
+    ran = []
+    monkeypatch.setattr(experiments, "run_all", lambda jobs, n: ran.extend(jobs))
+    args = argparse.Namespace(list=False, names=["naive_kl", "book_kl"], seeds=[0, 1], runs_dir=str(tmp_path), extra=[],
+                              nproc=1, jobs=2, figures=str(tmp_path / "fig"), write=None)
+    experiments.main(args)
+    runs = [(c[c.index("--runs-dir") + 1].rsplit("/", 1)[1], c[c.index("--run-name") + 1]) for c in ran]
+    assert runs == [(n, f"seed{s}") for n in experiments.LESSONS["naive_kl"][0] for s in (0, 1)]  # book_kl once
