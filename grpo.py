@@ -486,14 +486,15 @@ def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generat
             logp, entropy = batch_logprobs(model, batch, rows, loss_mask, cfg)  # pi_theta (b, T), with gradient
             if old_logp is None:
                 old_logp = logp.detach()  # pi_theta is still pi_old here: the ratio is exactly 1
+            old = old_logp[rows]  # pi_old (b, T)
+            ref = None if ref_logp is None else ref_logp[rows]  # pi_ref (b, T)
             m, sampler_logp = loss_mask[rows], batch.sampler_logp[rows]  # (b, T) each
-            ref = None if ref_logp is None else ref_logp[rows]
-            weight = tis_weights(old_logp[rows], sampler_logp, cfg.tis_cap)  # (b, T) per-token weights
+            weight = tis_weights(old, sampler_logp, cfg.tis_cap)  # (b, T) each token's weight (TIS)
             keep = off_policy_keep(logp, sampler_logp, adv[rows], m, cfg.off_policy_mask)  # (b,)
-            A = adv[rows] * keep  # (b,)
-            loss, terms, ratio = grpo_loss(logp, old_logp[rows], ref, A, m, cfg, entropy, weight)
+            A = adv[rows] * keep  # (b,) the advantages the update follows
+            loss, terms, ratio = grpo_loss(logp, old, ref, A, m, cfg, entropy, weight)
             grad_norm = optimizer_step(model, opt, loss, cfg.max_grad_norm)
-            update_stats(stats, terms, ratio, adv[rows], logp, old_logp[rows], entropy, m, keep, grad_norm, cfg)
+            update_stats(stats, terms, ratio, adv[rows], logp, old, entropy, m, keep, grad_norm, cfg)
         if epoch == 0:
             batch_stats(stats, batch, adv, zero, old_logp, loss_mask)
     return first, stats.result()

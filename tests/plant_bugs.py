@@ -43,7 +43,7 @@ BUGS = [
   "tests/test_improvements.py -k tis"),
  ("GDPO sums raw terms", "grpo.py", "    total = sum(w * group_advantages(terms[k], G, \"group\") for k, w in weights.items() if w != 0)  # (B,)", "    total = sum(w * terms[k] for k, w in weights.items() if w != 0)  # (B,)",
   "tests/test_improvements.py -k gdpo"),
- ("book format: the first close, not one after the open", "rewards.py", "completion.find(CLOSE, start) >= 0", "completion.find(CLOSE) > start",
+ ("book format: a close after any open", "rewards.py", "    return 1.0 if 0 <= start < close else 0.0", "    return 1.0 if start >= 0 and completion.find(CLOSE, start) >= 0 else 0.0",
   "tests/test_rewards.py -k book"),
  ("recipe overrides explicit flags", "train.py", "    return ap, ap.parse_args(argv)", "    args = ap.parse_args(argv)\n    if recipe:\n        vars(args).update(grpo.RECIPES[recipe])\n    return ap, args",
   "tests/test_improvements.py -k 'recipe or explicit'"),

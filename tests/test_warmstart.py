@@ -9,7 +9,6 @@ import os
 
 import pytest
 
-import sft
 import tasks
 import train
 from evaluation import evaluate
