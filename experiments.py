@@ -51,6 +51,11 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "entropy_bonus": (["--entropy-coef", "0.02"], "an entropy bonus, alpha 0.02"),
     "olmo3": (["--recipe", "olmo3"], "the book's OLMo 3 style recipe (items 1-7)"),
     "deepseek_v32": (["--recipe", "deepseek_v32"], "the book's DeepSeek-V3.2 style recipe (items 8-12)"),
+    # a stress regime for what the book regime does not show here: the format bonus farmed
+    "format_exploit": (["--format-weight", "1.0", "--max-new-tokens", "26", "--steps", "200", "--eval-every", "20"],
+                       "a format bonus worth a right answer; 26 tokens do not fit every 3-step reasoning"),
+    "format_exploit_gated": (["--format-weight", "1.0", "--max-new-tokens", "26", "--steps", "200", "--eval-every",
+                              "20", "--gated"], "the same bonus paid only for right answers"),
     # the book's regime (grpo.RECIPES["book"]): the chapter's lessons
     "book_kl": (BOOK, "the book's 7_5_plus_kl.py: sampled at T 0.8 / top-p 0.9, scored at T 1, k1 KL"),
     "book_kl_matched": ([*BOOK, "--learner-temperature", "0.8"], "... the learner at the sampler's temperature"),
@@ -78,6 +83,8 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "sampler": (["baseline", "topp", "topp_tis", "topp_keepmask"], "eval_acc,sampler_gap,tis_weight_max,entropy"),
     "entropy": (["baseline", "entropy_bonus"], "eval_acc,entropy,resp_len,reward"),
     "recipes": (["baseline", "olmo3", "deepseek_v32"], "eval_acc,reward,entropy,resp_len,clip_frac,kl"),
+    "format_exploit": (["format_exploit", "format_exploit_gated"],
+                       "eval_acc,reward_correct,reward_format,resp_len,truncated_frac,entropy"),
     "book_kl": (["book_kl", "book_kl_matched", "book_kl_keepmask", "book_kl_k3", "book_kl_onpolicy"],
                 "eval_acc,kl,entropy+sampler_entropy,sampler_gap,resp_len,truncated_frac"),
     "book_clip": (["book_onpolicy", "book_nokl", "book_noclip", "book_clip10", "book_ppo_clip"],
