@@ -211,30 +211,27 @@ def run_summary(rows):
     return out
 
 
-MOVERS = [("kl", 2.0), ("entropy", 2.0), ("sampler_gap", 2.0), ("resp_len", 1.25)]  # (metric, factor)
+MOVERS = [("kl", 2.0), ("entropy", 2.0), ("sampler_gap", 2.0), ("resp_len", 1.5), ("ratio_max", 2.0)]  # (metric, factor)
 
 
-def first_moves(rows, window=10):
-    """{metric: the first step at which it moved, or None}: accuracy when an eval is 10
-    points below the best eval so far; each of MOVERS when its trailing `window`-step
-    mean first reaches `factor` times the lowest such mean before it (absolute values:
-    k1 can be negative). Read in order, they say what moved first."""
-    out, best = {"eval_acc": None}, -1.0
-    for r in rows:
-        if "eval_acc" in r:
-            if out["eval_acc"] is None and r["eval_acc"] <= best - 0.10:
-                out["eval_acc"] = r["step"]
-            best = max(best, r["eval_acc"])
+def first_moves(rows, window=20):
+    """{metric: the first step after the accuracy peak at which it moved, or None}, read
+    in order they say what moved first once the run had learned: accuracy when an eval is
+    10 points below the peak; each of MOVERS when its trailing `window`-step mean first
+    reaches `factor` times its trailing mean at the peak (absolute values: k1 can be
+    negative)."""
+    evals = [(r["step"], r["eval_acc"]) for r in rows if "eval_acc" in r]
+    if not evals:
+        return {}
+    peak_step, peak = max(evals, key=lambda e: e[1])
+    out = {"eval_acc": next((s for s, a in evals if s > peak_step and a <= peak - 0.10), None)}
     for key, factor in MOVERS:
-        out[key] = None
         logged = [(r["step"], abs(r[key])) for r in rows if r.get("step", 0) > 0 and plot.is_number(r.get(key))]
-        lowest = math.inf
-        for i in range(window - 1, len(logged)):
-            m = sum(v for _, v in logged[i - window + 1:i + 1]) / window
-            if m >= factor * lowest and m > 0:
-                out[key] = logged[i][0]
-                break
-            lowest = min(lowest, m)
+        trailing = [(s, sum(v for _, v in logged[max(0, i - window + 1):i + 1]) / min(window, i + 1))
+                    for i, (s, _) in enumerate(logged)]
+        at_peak = [m for s, m in trailing if s <= peak_step]
+        ref = at_peak[-1] if at_peak else None
+        out[key] = next((s for s, m in trailing if s > peak_step and ref and m >= factor * ref), None)
     return out
 
 

@@ -142,7 +142,7 @@ BUGS = [
   "tests/test_experiments.py -k each_flag_once"),
  ("an experiment named after a recipe spells its flags", "experiments.py", '"dapo": (["--recipe", "dapo"]', '"dapo": (["--clip-high", "0.28", "--loss-agg", "token_mean"]',
   "tests/test_experiments.py -k named_after_a_recipe"),
- ("the first move read off the last eval, not the best", "experiments.py", '            best = max(best, r["eval_acc"])', '            best = r["eval_acc"] if best < 0 else best',
+ ("first moves from a running mean, not a trailing window", "experiments.py", "trailing = [(s, sum(v for _, v in logged[max(0, i - window + 1):i + 1]) / min(window, i + 1))", "trailing = [(s, sum(v for _, v in logged[:i + 1]) / (i + 1))",
   "tests/test_experiments.py -k first_moves"),
  ("train.py starts from another warm start", "sft.py", 'DEFAULT_CKPT = "checkpoints/warmstart.pt"', 'DEFAULT_CKPT = "checkpoints/warm_start.pt"',
   "tests/test_warmstart.py -k train_starts"),
