@@ -1,4 +1,4 @@
-"""The chapter's experiments: one command each, several seeds, figures with bands, one table.
+"""laptop-grpo's experiments: the chapter's lessons and GRPO's variants, one command each, several seeds.
 
     python experiments.py --list                      # each experiment and its exact train.py flags
     python experiments.py clip                        # one experiment, seed 0 -> runs/exp/clip/seed0
@@ -58,6 +58,7 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
                               "20", "--gated"], "the same bonus paid only for right answers"),
     # the book's regime (grpo.RECIPES["book"]): the chapter's lessons
     "book_kl": (BOOK, "the book's 7_5_plus_kl.py: sampled at T 0.8 / top-p 0.9, scored at T 1, k1 KL"),
+    "book_kl_beta002": ([*BOOK, "--kl", "0.02"], "... at beta 0.02, the chapter's original GRPO's"),
     "book_kl_matched": ([*BOOK, "--learner-temperature", "0.8"], "... the learner at the sampler's temperature"),
     "book_kl_keepmask": ([*BOOK, "--learner-temperature", "0.8", "--keep-sampling-mask"],
                          "... and on the sampler's top-p support: learner = sampler"),
@@ -70,6 +71,8 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "book_clip10": ([*BOOK, "--kl", "0", "--mu", "4"], "... with the book's own clip (eps 10, the torch.where form)"),
     "book_ppo_clip": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "ppo", "--ratio-level", "token", "--clip", "0.2"],
                       "... with PPO's clip at 0.2 per token instead"),
+    "book_token_noclip": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "ppo", "--ratio-level", "token", "--clip", "inf"],
+                          "... the ratio per token, but no clip: which of the two changes rescues"),
     "book_format": ([*BOOK, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight", "1"],
                     "the book's 7_6_plus_format_reward.py: <think> before </think> is worth a right answer"),
     "book_format_gated": ([*BOOK, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight", "1", "--gated"],
@@ -85,9 +88,9 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "recipes": (["baseline", "olmo3", "deepseek_v32"], "eval_acc,reward,entropy,resp_len,clip_frac,kl"),
     "format_exploit": (["format_exploit", "format_exploit_gated"],
                        "eval_acc,reward_correct,reward_format,resp_len,truncated_frac,entropy"),
-    "book_kl": (["book_kl", "book_kl_matched", "book_kl_keepmask", "book_kl_k3", "book_kl_onpolicy"],
+    "book_kl": (["book_kl", "book_kl_beta002", "book_kl_matched", "book_kl_keepmask", "book_kl_k3", "book_kl_onpolicy"],
                 "eval_acc,kl,entropy+sampler_entropy,sampler_gap,resp_len,truncated_frac"),
-    "book_clip": (["book_onpolicy", "book_nokl", "book_noclip", "book_clip10", "book_ppo_clip"],
+    "book_clip": (["book_onpolicy", "book_nokl", "book_noclip", "book_clip10", "book_token_noclip", "book_ppo_clip"],
                   "eval_acc,ratio_max,clip_frac,entropy+sampler_entropy,ppo_kl,resp_len"),
     "book_format": (["book_format", "book_format_gated", "book_onpolicy"],
                     "eval_acc,reward_correct,reward_format,entropy+sampler_entropy,resp_len,truncated_frac"),

@@ -1,4 +1,4 @@
-"""GRPO, one idea per function, read top to bottom; `grpo_step` at the end is the algorithm:
+"""laptop-grpo's GRPO, one idea per function, read top to bottom; `grpo_step` at the end is the algorithm:
 
     sample G answers per prompt (rollouts.py) -> rewards (rewards.py) -> group advantages
     -> log-probs of pi_theta, pi_old, pi_ref (kernels/) -> clipped ratio (+ KL) -> update
