@@ -5,8 +5,8 @@
     python train.py --recipe book --print-config # the resolved flags of a recipe, without training
     python train.py --resume runs/mine           # continue after an interruption (or for longer: --steps N)
     torchrun --nproc-per-node 2 train.py         # 2 processes (ranks), one CPU core or GPU each
-    python train.py --model qwen3-0.6b-base --task math --data math_train.json --eval-data math500_test.json \
-        --group-size 8 --prompts-per-step 1 --max-new-tokens 512 ...   # the book's model (docs/book_model.md)
+    python train.py --recipe book_qwen3 --model qwen3-0.6b-base --task math \
+        --data math_train.json --eval-data math500_test.json      # the book's model on a GPU (docs/book_model.md)
 
 Each step samples G answers for each of --prompts-per-step problems, scores them and
 updates the policy (grpo.grpo_step). Every --eval-every steps (and at step 0) the policy

@@ -24,6 +24,7 @@ def test_nproc_runs_train_under_torchrun():
 
 
 def test_comparisons_and_lessons_name_existing_experiments():
+    assert not set(experiments.LESSONS) & set(experiments.EXPERIMENTS)  # a name on the command line means one thing
     for names, _ in experiments.COMPARISONS.values():
         assert set(names) <= set(experiments.EXPERIMENTS)
     for names, _, _ in experiments.LESSONS.values():
