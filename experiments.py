@@ -108,6 +108,9 @@ LESSONS = {  # lesson -> (experiments, check(their summaries for one seed) -> bo
     "naive_kl": (["book_kl", "book_kl_k3"], broken_vs_fixed,
                  "with the book's k1 KL on summed log-probs accuracy falls >= 15 points from its peak and ends "
                  ">= 15 below k3 per token"),
+    "naive_kl_reuse": (["kl_naive", "kl_k3"], broken_vs_fixed,
+                       "the same in our default regime, where the sampler is the learner but each rollout serves "
+                       "two updates"),
     "instability": (["book_noclip", "book_ppo_clip"], broken_vs_fixed,
                     "with 4 inner epochs and no clipping accuracy falls >= 15 points from its peak and ends >= 15 "
                     "below PPO's clip at 0.2"),
