@@ -39,9 +39,9 @@ SPLIT_PATTERN = r"\\[A-Za-z]+\{| ?[A-Za-z]+|\d|\s+|[^\sA-Za-z\d]"
 SPECIALS = ("<|endoftext|>", THINK_OPEN, THINK_CLOSE)
 
 
-def learn_merges(texts, n_merges):
-    """Byte-pair merges (most frequent adjacent pair first) over the corpus' pieces."""
-    pieces = collections.Counter(m.encode() for t in texts for m in re.findall(SPLIT_PATTERN, t))
+def learn_merges(texts, n_merges, split=lambda t: re.findall(SPLIT_PATTERN, t)):
+    """Byte-pair merges (most frequent adjacent pair first) over the corpus' pieces (split)."""
+    pieces = collections.Counter(m.encode() for t in texts for m in split(t))
     words = {p: [bytes([b]) for b in p] for p in pieces}  # piece -> its current tokens
     merges = []
     for _ in range(n_merges):

@@ -6,7 +6,6 @@ its token (Qwen's vocabulary began as tiktoken ranks), then the added tokens. Th
 here is learned from a small corpus of digits, LaTeX, unicode and whitespace; Hugging
 Face's `tokenizers` (requirements.txt) encodes the same file for comparison.
 """
-import collections
 import json
 import random
 import unicodedata
@@ -14,7 +13,7 @@ import unicodedata
 import pytest
 import regex
 
-from tokenizer import bpe_parts, bytes_to_unicode, encode_text, load_pretrained_tokenizer
+from tokenizer import bpe_parts, bytes_to_unicode, encode_text, learn_merges, load_pretrained_tokenizer
 
 QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
                 r"\s+(?!\S)|\s+")
@@ -32,30 +31,8 @@ CORPUS = [
 
 
 def learn_ranks(texts, n_merges):
-    """Byte-level BPE training (most frequent pair first) -> token bytes in rank order."""
-    words = collections.Counter(m.encode() for t in texts for m in regex.findall(QWEN_PATTERN, t))
-    parts = {w: [w[i:i + 1] for i in range(len(w))] for w in words}
-    learned = []
-    for _ in range(n_merges):
-        pairs = collections.Counter()
-        for w, ps in parts.items():
-            for a, b in zip(ps, ps[1:]):
-                pairs[a, b] += words[w]
-        if not pairs:
-            break
-        (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
-        learned.append(a + b)
-        for w, ps in parts.items():
-            i, out = 0, []
-            while i < len(ps):
-                if i + 1 < len(ps) and ps[i] == a and ps[i + 1] == b:
-                    out.append(a + b)
-                    i += 2
-                else:
-                    out.append(ps[i])
-                    i += 1
-            parts[w] = out
-    return learned
+    """Byte-level BPE training on Qwen's pieces -> token bytes in rank order."""
+    return learn_merges(texts, n_merges, split=lambda t: regex.findall(QWEN_PATTERN, t))
 
 
 def qwen_tokenizer_json(learned, merges_as_lists=False):
