@@ -83,6 +83,17 @@ def pytest_collection_finish(session):
                                       out)
 
 
+def pytest_sessionfinish(session):
+    """Stop the background build if the session ends first (-x, Ctrl-C), and remove its folder."""
+    if hasattr(session.config, "fresh_build"):
+        import shutil
+        proc, out = session.config.fresh_build
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(out, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def fresh_build(request):
     """(process, folder) of the background `python sft.py` started at collection."""
