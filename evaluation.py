@@ -13,7 +13,7 @@ import torch
 
 import distributed
 import rewards
-from model import generate
+from decoding import generate
 from tokenizer import decode_completions, encode_text
 
 

@@ -1,11 +1,11 @@
 """Qwen3, handwritten: the book's model (Qwen3-0.6B) beside the small GPT of model.py.
 
-    from model import load_pretrained
+    from qwen3 import load_pretrained
     model = load_pretrained("qwen3-0.6b-base")    # a Hugging Face folder (docs/book_model.md)
     logits = model(idx)                            # (B, T, 151936)
 
-`Qwen3` has the GPT's interface, so `model.generate` and `grpo.token_logprobs` run it
-unchanged: `forward(idx, mask, cache, hidden)`, `new_cache(B, L)` (one model.KVCache per
+`Qwen3` has the GPT's interface, so `decoding.generate` and `grpo.token_logprobs` run it
+unchanged: `forward(idx, mask, cache, hidden)`, `new_cache(B, L)` (one decoding.KVCache per
 layer, holding only the key/value heads), `lm_head_weight`, `cfg.vocab_size`,
 `cfg.max_seq_len`. Padding on either side is masked out of attention, and each row's
 positions are its own count of real tokens (cumsum(mask) - 1), so a left-padded prompt is
@@ -53,7 +53,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from model import CheckpointError, KVCache, attention_mask
+from decoding import KVCache, attention_mask
+from model import CheckpointError
 
 ARCHITECTURE = "Qwen3ForCausalLM"
 
@@ -74,7 +75,7 @@ class Qwen3Config:
     max_position_embeddings: int = 32_768
 
     @property
-    def max_seq_len(self):  # the name model.generate reads
+    def max_seq_len(self):  # the name decoding.generate reads
         return self.max_position_embeddings
 
 

@@ -1,6 +1,6 @@
 """Rollouts: sample G completions per prompt, score them, and carry them through a step.
 
-    problems -> generate (model.py) -> decode -> rewards.score -> Rollouts
+    problems -> generate (decoding.py) -> decode -> rewards.score -> Rollouts
 
 `Rollouts` declares, once and with shapes, everything a GRPO step reads about its
 samples; the target shift (`tokens[:, 1:]`, the completion mask) is done here, once.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 import torch
 
 import rewards
-from model import generate
+from decoding import generate
 from tokenizer import decode_completions, encode_text
 
 

@@ -11,7 +11,7 @@ the vocabulary). The prompts are MATH-shaped: the book's template around problem
 200 to 1200 characters, so a batch is ragged and left-padded as in training.
 
 Rows of the table (one per case; peak memory is torch.cuda.max_memory_allocated):
-  sample     model.generate at 64 and 128 rows, T 0.8, top-p 0.9, 512 new tokens: new tokens/s
+  sample     decoding.generate at 64 and 128 rows, T 0.8, top-p 0.9, 512 new tokens: new tokens/s
   grpo step  grpo.grpo_step, 8 prompts x 8 rollouts = 64 rows, 512 new tokens, bf16, the
              fused LM head (hidden states -> log-probs, kernels/linear_logprobs.py), then
              the same with materialised (N, 151936) logits, then fused with gradient
@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import grpo  # noqa: E402
 import tasks  # noqa: E402
-from model import generate  # noqa: E402
+from decoding import generate  # noqa: E402
 from qwen3 import Qwen3, Qwen3Config  # noqa: E402
 from tokenizer import encode_text  # noqa: E402
 

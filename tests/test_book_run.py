@@ -9,7 +9,8 @@ import torch
 
 import rewards
 import train
-from model import CheckpointError, load_pretrained
+from model import CheckpointError
+from qwen3 import load_pretrained
 from test_qwen3 import write_folder
 from test_qwen_tokenizer import CORPUS, learn_ranks, qwen_tokenizer_json
 

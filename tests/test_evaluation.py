@@ -5,7 +5,7 @@ import torch
 import evaluation
 import tasks
 import train
-from model import Sampled
+from decoding import Sampled
 from tokenizer import encode_completion, encode_text
 
 

@@ -14,7 +14,8 @@ import grpo
 import rollouts
 import tasks
 from grpo import GRPOConfig
-from model import GPT, GPTConfig, generate, load_checkpoint
+from decoding import generate
+from model import GPT, GPTConfig, load_checkpoint
 from tokenizer import build_tokenizer
 
 

@@ -1,10 +1,15 @@
-"""The GPT: KV-cache sampling equals full recompute, ragged prompts, EOS, checkpoints."""
+"""The GPT: KV-cache sampling equals full recompute, ragged prompts, EOS, checkpoints; the imports point one way."""
+import ast
+import os
+
 import pytest
 import torch
 
-from model import GPT, CheckpointError, GPTConfig, filter_logits, generate, load_checkpoint, save_checkpoint
+from decoding import filter_logits, generate
+from model import GPT, CheckpointError, GPTConfig, load_checkpoint, save_checkpoint
 
 EOS = 60
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +122,40 @@ def test_checkpoint_holding_a_pickled_object_is_refused(model, tmp_path):
     save_checkpoint(path, model, {"args": argparse.Namespace(lr=1.0)})  # any non-plain object
     with pytest.raises(CheckpointError, match=r"refusing .*pickled object \(argparse.Namespace\)"):
         load_checkpoint(path)
+
+
+def project_imports():
+    """module -> the project's modules it imports anywhere in its file (an import inside a
+    function counts: it is the same arrow, only taken later). Top-level files and kernels/."""
+    files = {f[:-3]: os.path.join(ROOT, f) for f in os.listdir(ROOT) if f.endswith(".py")}
+    files["kernels"] = os.path.join(ROOT, "kernels", "__init__.py")
+    graph = {}
+    for name, path in files.items():
+        found = set()
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                found.add(node.module.split(".")[0])
+        graph[name] = found & set(files) - {name}
+    return graph
+
+
+def reachable(graph, start):
+    """Every module that `start` reaches along the import arrows."""
+    seen, todo = set(), list(graph[start])
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += graph[name]
+    return seen
+
+
+def test_the_imports_point_one_way():
+    """No two files import each other, directly or around a loop (what both models use
+    sits in decoding.py, which both import)."""
+    graph = project_imports()
+    assert graph["train"] >= {"grpo", "model", "qwen3"}  # the imports are read, lazy ones too
+    looped = sorted(name for name in graph if name in reachable(graph, name))
+    assert not looped, f"files in an import loop: {looped}"

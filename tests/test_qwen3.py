@@ -18,8 +18,9 @@ import grpo
 import qwen3
 import tasks
 from grpo import GRPOConfig
-from model import CheckpointError, generate, load_pretrained
-from qwen3 import Qwen3, Qwen3Config, read_safetensors, save_pretrained
+from decoding import generate
+from model import CheckpointError
+from qwen3 import Qwen3, Qwen3Config, load_pretrained, read_safetensors, save_pretrained
 
 # head_dim 24 is not hidden_size / heads (16), as in Qwen3-0.6B (128, not 1024 / 16)
 TINY = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
