@@ -14,13 +14,11 @@ objective is the one-process objective on the union of the ranks' batches:
   `global_mean` (the loss's denominators), `global_std` (the batch std of the rewards);
 - every rank runs the same number of updates (`same_count`) and takes the same decision
   on a non-finite loss (`everywhere_finite`), so that all join every collective;
-- `StepStats` gathers a step's statistics as local sums, counts and maxima and reduces
-  them all in two all-reduces.
+- `all_sum` / `all_max` reduce plain numbers, as stats.py does for a step's statistics.
 Without a process group every helper is the one-process formula (a sum over one rank
 is that rank's sum), so one process computes exactly what it would without this file.
 """
 import datetime
-import math
 import os
 
 import torch
@@ -188,74 +186,3 @@ def unwrap(model):
     """The module itself, from a DDP wrapper or the module: for sampling, evaluation and the
     no-grad passes, which need no gradient all-reduce."""
     return model.module if isinstance(model, DistributedDataParallel) else model
-
-
-class StepStats:
-    """The statistics of one step, each over every rank's rows (in one process, over its own).
-
-    Each is recorded as local parts: a mean as a sum and a count, a std as a sum, a sum of
-    squares and a count, a max as this rank's max (a min as the max of -x). `result`
-    reduces all the parts together, in one all-reduce of the sums and one of the maxima:
-    the numbers are those of one all-reduce per statistic, but a step logs about 40, and
-    on gloo each all-reduce costs ~0.2 ms plus a hand-shake with the other ranks.
-    A step with several updates calls `next_update` before each: a mean is then the mean
-    of the updates' means, a max the max over all of them.
-    """
-
-    def __init__(self):
-        self.update = 0
-        self.sums = {}  # (name, update) -> (kind, float64 tensor of parts, default if no rank has any)
-        self.maxima = {}  # name -> (sign, this rank's max so far as a 0-d float64 tensor, default)
-
-    def next_update(self):
-        self.update += 1
-
-    def _add(self, name, kind, parts, default=0.0):
-        self.sums[name, self.update] = (kind, torch.stack([torch.as_tensor(p).detach().double() for p in parts]),
-                                        default)
-
-    def mean(self, name, x, mask=None, default=0.0):
-        """Mean of x where mask (all of x without one); `default` where no rank has any."""
-        x = torch.as_tensor(x).detach().double()
-        m = torch.ones_like(x) if mask is None else mask.double()
-        self._add(name, "mean", [(x * m).sum(), m.sum()], default)
-
-    def std(self, name, x):
-        """Sample std of x (1-d), as x.std() on the union of the ranks' x."""
-        x = x.detach().double()
-        self._add(name, "std", [x.sum(), (x * x).sum(), x.numel()], float("nan"))
-
-    def count(self, name, x):
-        """Sum of x, an integer count (e.g. tokens)."""
-        self._add(name, "count", [torch.as_tensor(x).sum()])
-
-    def max(self, name, x, mask=None, default=0.0, sign=1.0):
-        x = torch.as_tensor(x).detach().double() * sign
-        x = x[mask] if mask is not None else x.flatten()
-        local = x.max() if x.numel() else x.new_tensor(float("-inf"))
-        if name in self.maxima:
-            local = torch.maximum(local, self.maxima[name][1])
-        self.maxima[name] = (sign, local, default)
-
-    def min(self, name, x, mask=None, default=0.0):
-        self.max(name, x, mask, default, sign=-1.0)
-
-    def result(self):
-        """{name: float}, the same on every rank."""
-        sums = all_sum(torch.cat([p for _, p, _ in self.sums.values()])).tolist() if self.sums else []
-        maxima = all_max(torch.stack([v for _, v, _ in self.maxima.values()])).tolist() if self.maxima else []
-        per_update, at = {}, 0  # name -> its value in each update
-        for (name, _), (kind, parts, default) in self.sums.items():
-            p, at = sums[at:at + len(parts)], at + len(parts)
-            if kind == "count":
-                value = int(p[0])
-            elif kind == "mean":
-                value = p[0] / p[1] if p[1] > 0 else default
-            else:  # std from the sum, the sum of squares and the count
-                value = math.sqrt(max(p[1] - p[0] ** 2 / p[2], 0.0) / (p[2] - 1)) if p[2] > 1 else default
-            per_update.setdefault(name, []).append(value)
-        # one update: its value as it is (a count stays an int); several: their mean
-        out = {name: v[0] if len(v) == 1 else sum(v) / len(v) for name, v in per_update.items()}
-        for (name, (sign, _, default)), v in zip(self.maxima.items(), maxima):
-            out[name] = sign * v if math.isfinite(v) else default
-        return out

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 import torch
 
 import rewards
-from distributed import StepStats, everywhere_finite, global_mean, global_std, same_count, unwrap
+from distributed import everywhere_finite, global_mean, global_std, same_count, unwrap
 from kernels import linear_logprobs_and_entropy, token_logprobs_and_entropy
 from rollouts import minibatch_rows, rollout, sample_batch
+from stats import StepStats
 
 
 def knob(group, default, help, choices=None, type=None):
@@ -385,7 +386,7 @@ def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg, entropy=None, token_weig
 
 @torch.no_grad()
 def update_stats(stats, terms, ratio, adv, logp, old_logp, entropy, mask, keep, grad_norm, cfg):
-    """Record one update into `stats` (a distributed.StepStats): the loss terms, the
+    """Record one update into `stats` (a stats.StepStats): the loss terms, the
     gradient norm, the learner's entropy, and how far the policy has drifted from the one
     that sampled: the ratio's mean / min / max, the share of tokens where each side of the
     clip is active (zero gradient; clip_frac is their sum), and the approximate KL to

@@ -4,12 +4,12 @@ import math
 import pytest
 import torch
 
-import distributed
 import grpo
 import rollouts
 import tasks
 from grpo import (GRPOConfig, aggregate, clipped_objective, group_advantages, grpo_loss, kl_penalty,
                   policy_ratio)
+from stats import StepStats
 
 
 def surrogate_and_grad(r, A, eps_low=0.2, eps_high=0.2, dual=0.0):
@@ -135,7 +135,7 @@ def test_aggregation_modes_match_hand_formulas():
 def loss_and_stats(logp, old, ref, adv, mask, cfg, entropy=None, weight=None):
     """grpo_loss and the ratio statistics that grpo_step logs with it."""
     loss, terms, ratio = grpo_loss(logp, old, ref, adv, mask, cfg, entropy, weight)
-    stats = distributed.StepStats()
+    stats = StepStats()
     no_entropy = torch.zeros_like(logp) if entropy is None else entropy
     grpo.update_stats(stats, terms, ratio, adv, logp, old, no_entropy, mask, torch.ones_like(adv), torch.tensor(1.0), cfg)
     return loss, {**terms, **{k: torch.tensor(v) for k, v in stats.result().items()}}

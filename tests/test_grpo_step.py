@@ -9,13 +9,13 @@ import copy
 import pytest
 import torch
 
-import distributed
 import grpo
 import rollouts
 import tasks
-from grpo import GRPOConfig
 from decoding import generate
+from grpo import GRPOConfig
 from model import GPT, GPTConfig, load_checkpoint
+from stats import StepStats
 from tokenizer import build_tokenizer
 
 
@@ -180,13 +180,13 @@ def test_logged_statistics_ignore_padding_columns():
     adv, mask = torch.randn(4, generator=g), torch.rand(4, 6, generator=g) > 0.3
     cfg = GRPOConfig(clip=0.1)
     _, _, ratio = grpo.grpo_loss(logp, old, None, adv, mask, cfg)
-    a = distributed.StepStats()
+    a = StepStats()
     grpo.update_stats(a, {}, ratio, adv, logp, old, torch.zeros_like(logp), mask, torch.ones(4), torch.tensor(1.0), cfg)
     a = a.result()
     pad = lambda x, v: torch.cat([x, torch.full((4, 3), v, dtype=x.dtype)], 1)  # noqa: E731  3 padding columns
     logp2, old2, mask2 = pad(logp, 5.0), pad(old, -5.0), pad(mask, False)
     _, _, ratio2 = grpo.grpo_loss(logp2, old2, None, adv, mask2, cfg)
-    b = distributed.StepStats()
+    b = StepStats()
     grpo.update_stats(b, {}, ratio2, adv, logp2, old2, torch.zeros_like(logp2), mask2, torch.ones(4), torch.tensor(1.0),
                       cfg)
     b = b.result()
@@ -202,7 +202,7 @@ def test_step_stats_match_the_direct_formulas():
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(5, 7, generator=g), torch.randn(5, 7, generator=g)
     m, n = torch.rand(5, 7, generator=g) > 0.5, torch.rand(5, 7, generator=g) > 0.2
-    s = distributed.StepStats()
+    s = StepStats()
     s.next_update()
     s.mean("a", x, m)
     s.max("top", x, m)
