@@ -16,7 +16,7 @@ book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced
 3. The ratio is per token (GRPO); the book's summed sequence ratio is `--ratio-level
    sequence`, its `torch.where` objective `--objective book` (`book_objective`).
 4. The KL is Schulman's k3 per token; the book's k1 on summed log-probs is
-   `--kl-estimator k1 --kl-level sequence` (`kl_term`). A reference model exists only
+   `--kl-estimator k1 --kl-level sequence` (`kl_penalty`). A reference model exists only
    when beta > 0, as in `7_5_plus_kl.py`.
 5. Log-probs come from kernels that never materialise an (N, V) log-softmax, only for
    completion rows (`token_logprobs`).
@@ -206,6 +206,12 @@ def batch_logprobs(model, batch, rows, loss_mask, cfg):
 
 # ---------------------------------------------------------------- 3. the objective
 
+def sequence_mean(x, mask):
+    """(B, T) -> (B, 1): each row's mean over its tokens in mask (0 for a row without any)."""
+    mask = mask.to(x.dtype)
+    return (x * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)
+
+
 def policy_ratio(logp, old_logp, mask, level="token"):
     """Importance ratio pi / pi_old, (B, T) for token level or (B, 1) for sequence levels.
 
@@ -218,7 +224,7 @@ def policy_ratio(logp, old_logp, mask, level="token"):
     if level == "token":
         return torch.exp(log_r.clamp(max=20.0))
     if level == "gspo":
-        log_r = log_r.sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)  # (B, 1)
+        log_r = sequence_mean(log_r, mask)  # (B, 1)
     elif level == "sequence":
         log_r = log_r.sum(1, keepdim=True)
     else:
@@ -265,8 +271,9 @@ def cispo_objective(ratio, adv, logp, eps_low, eps_high):
     return ratio.clamp(1 - eps_low, 1 + eps_high).detach() * adv * logp
 
 
-def kl_penalty(logp, ref_logp, estimator="k3"):
-    """Estimators of KL(pi || pi_ref) from samples of pi (Schulman, "Approximating KL").
+def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=None):
+    """Estimators of KL(pi || pi_ref) from samples of pi (Schulman, "Approximating KL"):
+    (B, T) per token, or (B, 1) per sequence. logp, ref_logp (B, T), mask (B, T).
 
     With log r = log pi_ref - log pi:
       k1 = -log r                 unbiased, can be negative, high variance
@@ -276,33 +283,31 @@ def kl_penalty(logp, ref_logp, estimator="k3"):
     "From samples of pi": the gradient of k1 is grad log pi, whose mean over samples of pi
     is zero. Over samples of another distribution q (a sampler at a lower temperature,
     or top-p) it is not: minimising k1 then lowers log pi where q draws, flattening pi.
-    """
-    log_r = ref_logp - logp
-    if estimator == "k1":
-        return -log_r
-    if estimator == "k2":
-        return 0.5 * log_r ** 2
-    if estimator == "k3":
-        return torch.exp(log_r.clamp(max=20.0)) - 1 - log_r
-    raise ValueError(f"unknown KL estimator {estimator!r}")
 
-
-def kl_term(logp, old_logp, ref_logp, mask, cfg):
-    """(B, T) KL estimate to the reference, per token or (the book) on summed log-probs.
-
-    --kl-reweight (DeepSeek-V3.2): the tokens were sampled from pi_old, not pi, so once
-    updates go off-policy E_{pi_old}[k3] is the KL of the wrong policy, and its gradient
-    is biased. Weighting by the importance ratio fixes both:
+    level "sequence" (the book's 7_5_plus_kl.py): log pi and log pi_ref are summed over
+    each answer's tokens first, and the estimator sees one log r per answer.
+    old_logp given (--kl-reweight, DeepSeek-V3.2): the tokens were sampled from pi_old,
+    not pi, so once updates go off-policy E_{pi_old}[k3] is the KL of the wrong policy, and
+    its gradient is biased. Weighting by the importance ratio at the same level fixes both:
         E_{y ~ pi_old}[ (pi(y) / pi_old(y)) * k3(y) ] = E_{y ~ pi}[ k3(y) ] = KL(pi || pi_ref)
     The ratio keeps its gradient (the estimate is a function of pi through both factors).
     """
-    if cfg.kl_level == "sequence":  # the book: estimator on summed log-probs, per sequence
-        kl = kl_penalty((logp * mask).sum(1, keepdim=True), (ref_logp * mask).sum(1, keepdim=True),
-                        cfg.kl_estimator).expand_as(logp)  # (B, T)
+    lp, ref = logp, ref_logp  # (B, T)
+    if level == "sequence":
+        lp, ref = (logp * mask).sum(1, keepdim=True), (ref_logp * mask).sum(1, keepdim=True)  # (B, 1) each
+    elif level != "token":
+        raise ValueError(f"unknown KL level {level!r}")
+    log_r = ref - lp
+    if estimator == "k1":
+        kl = -log_r
+    elif estimator == "k2":
+        kl = 0.5 * log_r ** 2
+    elif estimator == "k3":
+        kl = torch.exp(log_r.clamp(max=20.0)) - 1 - log_r
     else:
-        kl = kl_penalty(logp, ref_logp, cfg.kl_estimator)  # (B, T)
-    if cfg.kl_reweight:
-        kl = kl * policy_ratio(logp, old_logp, mask, "token" if cfg.kl_level == "token" else "sequence")
+        raise ValueError(f"unknown KL estimator {estimator!r}")
+    if old_logp is not None:
+        kl = kl * policy_ratio(logp, old_logp, mask, level)
     return kl
 
 
@@ -316,10 +321,15 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
                 at all, so length carries no bias into the gradient.
     Each is a mean of a sum over this batch's rows, and under torchrun over every rank's
     rows (global_mean).
+
+    A per-sequence term (the gspo or sequence ratio's objective, the sequence-level KL:
+    one value per answer, broadcast over its tokens) is weighed once per answer only by
+    seq_mean. token_mean and constant sum it once per token, so each answer's single term
+    would count as many times as the answer is long: train.py refuses those combinations.
     """
     mask = mask.to(token_loss.dtype)
     if mode == "seq_mean":
-        return global_mean(((token_loss * mask).sum(1) / mask.sum(1).clamp(min=1)).sum(), mask.shape[0])
+        return global_mean(sequence_mean(token_loss, mask).sum(), mask.shape[0])
     if mode == "token_mean":
         return global_mean((token_loss * mask).sum(), mask.sum())
     if mode == "constant":
@@ -349,7 +359,7 @@ def off_policy_keep(logp, sampler_logp, adv, mask, delta):
     (the sampler-side estimate, as in the book's deepseek_v32_style.py). Negative samples
     the policy has already moved far away from teach it mostly noise. (B,) float.
     """
-    kl = ((sampler_logp - logp) * mask).sum(1) / mask.sum(1).clamp(min=1)  # (B,)
+    kl = sequence_mean(sampler_logp - logp, mask)[:, 0]  # (B,)
     return (~((adv < 0) & (kl > delta))).to(logp.dtype)
 
 
@@ -373,7 +383,8 @@ def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg, entropy=None, token_weig
     loss = aggregate(-obj, mask, cfg.loss_agg, cfg.max_new_tokens)
     terms = {"pg_loss": loss}
     if cfg.kl > 0:
-        terms["kl"] = aggregate(kl_term(logp, old_logp, ref_logp, mask, cfg), mask, cfg.loss_agg, cfg.max_new_tokens)
+        kl = kl_penalty(logp, ref_logp, mask, cfg.kl_estimator, cfg.kl_level, old_logp if cfg.kl_reweight else None)
+        terms["kl"] = aggregate(kl, mask, cfg.loss_agg, cfg.max_new_tokens)  # kl: (B, T) or (B, 1)
         loss = loss + cfg.kl * terms["kl"]
     if cfg.entropy_coef != 0:  # entropy bonus (TRL's entropy_coef, verl's entropy_coeff): keep exploring
         terms["entropy_bonus"] = aggregate(entropy, mask, cfg.loss_agg, cfg.max_new_tokens)

@@ -80,19 +80,34 @@ def test_no_clipping_with_infinite_eps():
 
 def test_kl_of_policy_to_itself_is_zero_and_k3_nonnegative():
     logp = torch.randn(4, 7) - 2
+    every = torch.ones(4, 7, dtype=torch.bool)
     for est in ("k1", "k2", "k3"):
-        assert torch.equal(kl_penalty(logp, logp.clone(), est), torch.zeros(4, 7))
+        for level, shape in (("token", (4, 7)), ("sequence", (4, 1))):
+            assert torch.equal(kl_penalty(logp, logp.clone(), every, est, level), torch.zeros(shape))
     other = torch.randn(4, 7) * 5
-    assert (kl_penalty(logp, other, "k3") >= 0).all()
-    assert (kl_penalty(logp, other, "k2") >= 0).all()
-    assert torch.isfinite(kl_penalty(torch.zeros(1), torch.tensor([1e4]), "k3")).all()  # clamped, no overflow
+    assert (kl_penalty(logp, other, every, "k3") >= 0).all()
+    assert (kl_penalty(logp, other, every, "k2") >= 0).all()
+    one = torch.ones(1, dtype=torch.bool)
+    assert torch.isfinite(kl_penalty(torch.zeros(1), torch.tensor([1e4]), one, "k3")).all()  # clamped, no overflow
     far = torch.tensor([-60.0], requires_grad=True)  # a summed sequence log-prob 60 nats below the reference's
-    kl_penalty(far, torch.zeros(1), "k1").backward()
+    kl_penalty(far, torch.zeros(1), one, "k1").backward()
     assert far.grad.item() == 1.0  # k1 = log pi - log pi_ref is never clamped: its gradient never vanishes
     lr = torch.tensor([0.3])  # hand values for log(pi_ref/pi) = 0.3
-    assert kl_penalty(torch.zeros(1), lr, "k1").item() == pytest.approx(-0.3)
-    assert kl_penalty(torch.zeros(1), lr, "k2").item() == pytest.approx(0.045)
-    assert kl_penalty(torch.zeros(1), lr, "k3").item() == pytest.approx(math.exp(0.3) - 1.3, rel=1e-5)
+    assert kl_penalty(torch.zeros(1), lr, one, "k1").item() == pytest.approx(-0.3)
+    assert kl_penalty(torch.zeros(1), lr, one, "k2").item() == pytest.approx(0.045)
+    assert kl_penalty(torch.zeros(1), lr, one, "k3").item() == pytest.approx(math.exp(0.3) - 1.3, rel=1e-5)
+
+
+def test_sequence_kl_is_the_estimator_on_summed_logprobs():
+    """The book's k1 on summed log-probs, and k3 of the summed log-ratio, by hand; padding never counts."""
+    logp = torch.tensor([[-1.0, -2.0, 9.0], [-0.5, 7.0, 7.0]])
+    ref = torch.tensor([[-1.5, -1.0, -9.0], [-0.25, -7.0, 7.0]])
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    # log r summed per answer: (-1.5 + 1) + (-1 + 2) = 0.5, and -0.25 + 0.5 = 0.25
+    k1 = kl_penalty(logp, ref, mask, "k1", "sequence")
+    torch.testing.assert_close(k1, torch.tensor([[-0.5], [-0.25]]))
+    k3 = kl_penalty(logp, ref, mask, "k3", "sequence")
+    torch.testing.assert_close(k3, torch.tensor([[math.exp(0.5) - 1.5], [math.exp(0.25) - 1.25]]))
 
 
 @pytest.mark.parametrize("norm", ["group", "batch", "none"])
@@ -118,6 +133,12 @@ def test_gspo_and_sequence_ratios():
     torch.testing.assert_close(policy_ratio(logp, old, mask, "gspo")[:, 0], torch.exp(d.sum(1) / mask.sum(1)))
     torch.testing.assert_close(policy_ratio(logp, old, mask, "sequence")[:, 0], torch.exp(d.sum(1)))
     torch.testing.assert_close(policy_ratio(logp, old, mask, "token"), torch.exp(d))
+
+
+def test_sequence_mean_by_hand():
+    x = torch.tensor([[1.0, 2.0, 6.0], [4.0, 8.0, 8.0], [5.0, 5.0, 5.0]])
+    mask = torch.tensor([[True, False, True], [False, True, False], [False, False, False]])
+    torch.testing.assert_close(grpo.sequence_mean(x, mask), torch.tensor([[3.5], [8.0], [0.0]]))  # empty row: 0
 
 
 def test_aggregation_modes_match_hand_formulas():

@@ -107,7 +107,7 @@ def test_loss_mask_is_the_completion_only(tiny_warm, monkeypatch, mask_truncated
     assert not used[:, :P - 1].any()  # never a prompt token
 
 
-def test_kl_term_uses_the_reference_model(enc, tiny_model, digit_reward):
+def test_the_kl_uses_the_reference_model(enc, tiny_model, digit_reward):
     model = tiny_model()
     _, same = run_step(enc, model, GRPOConfig(**CFG, kl=0.1, mu=1), ref=copy.deepcopy(model))
     assert same["kl"] == pytest.approx(0.0, abs=1e-7)  # first update: the policy is its reference

@@ -48,11 +48,11 @@ def test_reweighted_kl_is_ratio_times_k3_and_plain_k3_on_policy():
     mask = torch.ones(1, 2, dtype=torch.bool)
     cfg = GRPOConfig(kl=0.1, kl_reweight=True)
     k3 = lambda lr: math.exp(lr) - 1 - lr  # noqa: E731  lr = log pi_ref - log pi
-    got = grpo.kl_term(logp, old, ref, mask, cfg)
+    got = grpo.kl_penalty(logp, ref, mask, cfg.kl_estimator, cfg.kl_level, old)
     want = [math.exp(0.5) * k3(0.5), 1.0 * k3(1.0)]
     torch.testing.assert_close(got, torch.tensor([want]))
-    on_policy = grpo.kl_term(logp, logp.detach(), ref, mask, cfg)
-    torch.testing.assert_close(on_policy, grpo.kl_penalty(logp, ref, "k3"))
+    on_policy = grpo.kl_penalty(logp, ref, mask, "k3", "token", logp.detach())
+    torch.testing.assert_close(on_policy, grpo.kl_penalty(logp, ref, mask, "k3"))
     on_policy.sum().backward()  # on-policy the gradient of r * k3 is d(k3) + k3 (the ratio's own)
     torch.testing.assert_close(logp.grad, torch.tensor([[1 - math.exp(0.5) + k3(0.5), 1 - math.exp(1.0) + k3(1.0)]]))
 
