@@ -239,16 +239,21 @@ def clip_range(cfg):
 
 def clipped_objective(ratio, adv, eps_low, eps_high, dual_clip=0.0):
     """PPO's clipped surrogate, to be maximised: min(r * A, clip(r, 1-eps_low, 1+eps_high) * A).
+    -> (surrogate, low, high): low / high mark where a bound binds, which is where the
+    gradient is zero. ratio (B, T) or (B, 1), adv (B, 1); each output their broadcast shape.
 
     The min is the pessimistic bound for both signs of A: for A > 0 the ratio stops
     earning once r > 1+eps_high, for A < 0 once r < 1-eps_low; outside the clip range
     the gradient is zero, and a ratio that moved the *wrong* way is never clipped.
-    Dual clip (c > 1): for A < 0 the objective is also bounded below by c * A.
+    Dual clip (c > 1): for A < 0 the objective is also bounded below by c * A, which binds
+    (on the high side) once r > c.
     """
     surr = torch.minimum(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
+    low, high = (ratio < 1 - eps_low) & (adv < 0), (ratio > 1 + eps_high) & (adv > 0)
     if dual_clip > 0:
         surr = torch.where(adv < 0, torch.maximum(surr, dual_clip * adv), surr)
-    return surr
+        high = high | ((adv < 0) & (ratio > dual_clip))
+    return surr, low, high
 
 
 def book_objective(ratio, adv, eps_low, eps_high):
@@ -260,15 +265,21 @@ def book_objective(ratio, adv, eps_low, eps_high):
     it clips where r has grown (r > 1+eps, a bad answer made likelier, exactly where PPO
     keeps the gradient) and never where r has shrunk, the inverse of PPO. So for either
     sign the gradient stops only once r > 1+eps_high (with the book's eps 10: r > 11).
+    -> (surrogate, low, high) as clipped_objective; low never binds.
     """
     unclipped, clipped = ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv
-    return torch.where(adv >= 0, torch.minimum(unclipped, clipped), torch.maximum(unclipped, clipped))
+    surr = torch.where(adv >= 0, torch.minimum(unclipped, clipped), torch.maximum(unclipped, clipped))
+    high = (ratio > 1 + eps_high).expand_as(surr)
+    return surr, torch.zeros_like(high), high
 
 
 def cispo_objective(ratio, adv, logp, eps_low, eps_high):
     """CISPO: sg(clip(r)) * A * logp. The clipped ratio only weights the policy gradient,
-    so every token keeps a gradient (PPO drops clipped tokens entirely)."""
-    return ratio.clamp(1 - eps_low, 1 + eps_high).detach() * adv * logp
+    so every token keeps a gradient (PPO drops clipped tokens entirely).
+    -> (surrogate, low, high): where the weight is clipped, for either sign of A."""
+    surr = ratio.clamp(1 - eps_low, 1 + eps_high).detach() * adv * logp
+    low, high = (ratio < 1 - eps_low).expand_as(surr), (ratio > 1 + eps_high).expand_as(surr)
+    return surr, low, high
 
 
 def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=None):
@@ -366,17 +377,18 @@ def off_policy_keep(logp, sampler_logp, adv, mask, delta):
 def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg, entropy=None, token_weight=None):
     """The GRPO objective, to be minimised, on (B, T) token log-probs; mask (B, T) marks
     the completion tokens. token_weight (B, T) scales each token's policy-gradient term
-    (TIS); entropy (B, T) is for the entropy bonus. -> (loss, {term: tensor}, ratio).
+    (TIS); entropy (B, T) is for the entropy bonus. -> (loss, {term: tensor}, ratio, low,
+    high): the ratio (B, T) or (B, 1), and where the objective's clip binds on each side.
     """
     eps_low, eps_high = clip_range(cfg)
     A = adv[:, None]  # (B, 1): every token of a completion shares its advantage
     ratio = policy_ratio(logp, old_logp, mask, cfg.ratio_level)  # (B, T) or (B, 1)
     if cfg.objective == "ppo":
-        obj = clipped_objective(ratio, A, eps_low, eps_high, cfg.dual_clip)
+        obj, low, high = clipped_objective(ratio, A, eps_low, eps_high, cfg.dual_clip)
     elif cfg.objective == "book":
-        obj = book_objective(ratio, A, eps_low, eps_high)
+        obj, low, high = book_objective(ratio, A, eps_low, eps_high)
     elif cfg.objective == "cispo":
-        obj = cispo_objective(ratio, A, logp, eps_low, eps_high)
+        obj, low, high = cispo_objective(ratio, A, logp, eps_low, eps_high)
     else:
         raise ValueError(f"unknown objective {cfg.objective!r}")
     obj = obj.expand_as(logp) if token_weight is None else obj * token_weight  # (B, T)
@@ -390,27 +402,23 @@ def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg, entropy=None, token_weig
         terms["entropy_bonus"] = aggregate(entropy, mask, cfg.loss_agg, cfg.max_new_tokens)
         loss = loss - cfg.entropy_coef * terms["entropy_bonus"]
     terms["loss"] = loss
-    return loss, terms, ratio
+    return loss, terms, ratio, low, high
 
 
 # ---------------------------------------------------------------- 4. what a step logs
 
 @torch.no_grad()
-def update_stats(stats, terms, ratio, adv, logp, old_logp, entropy, mask, keep, grad_norm, cfg):
-    """Record one update into `stats` (a stats.StepStats): the loss terms, the
-    gradient norm, the learner's entropy, and how far the policy has drifted from the one
-    that sampled: the ratio's mean / min / max, the share of tokens where each side of the
-    clip is active (zero gradient; clip_frac is their sum), and the approximate KL to
-    pi_old (verl's ppo_kl: mean of old_logp - logp)."""
+def update_stats(stats, terms, ratio, low, high, logp, old_logp, entropy, mask, keep, grad_norm):
+    """Record one update into `stats` (a stats.StepStats): the loss terms, the gradient
+    norm, the learner's entropy, and how far the policy has drifted from the one that
+    sampled: the ratio's mean / min / max, the share of tokens where each side of the
+    objective's clip binds (low, high, as the objective returned them; clip_frac: either),
+    and the approximate KL to pi_old (verl's ppo_kl: mean of old_logp - logp)."""
     for name, value in terms.items():
         stats.mean(name, value)
     stats.mean("grad_norm", grad_norm)
-    m, r, A = mask.bool(), ratio.expand_as(logp), adv[:, None]  # (B, T), (B, T), (B, 1)
-    eps_low, eps_high = clip_range(cfg)
-    if cfg.objective == "book":  # the gradient stops where r grew past 1 + eps_high, for either sign of A
-        low, high = torch.zeros_like(m), r > 1 + eps_high
-    else:
-        low, high = (r < 1 - eps_low) & (A < 0), (r > 1 + eps_high) & (A > 0)  # (B, T) each; never both
+    m, r = mask.bool(), ratio.expand_as(logp)  # (B, T) each
+    low, high = low.expand_as(m), high.expand_as(m)  # (B, T) each
     stats.mean("ratio_mean", r, m)
     stats.min("ratio_min", r, m, default=1.0)
     stats.max("ratio_max", r, m, default=1.0)
@@ -504,9 +512,9 @@ def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generat
             weight = tis_weights(old, sampler_logp, cfg.tis_cap)  # (b, T) each token's weight (TIS)
             keep = off_policy_keep(logp, sampler_logp, adv[rows], m, cfg.off_policy_mask)  # (b,)
             A = adv[rows] * keep  # (b,) the advantages the update follows
-            loss, terms, ratio = grpo_loss(logp, old, ref, A, m, cfg, entropy, weight)
+            loss, terms, ratio, low, high = grpo_loss(logp, old, ref, A, m, cfg, entropy, weight)
             grad_norm = optimizer_step(model, opt, loss, cfg.max_grad_norm)
-            update_stats(stats, terms, ratio, adv[rows], logp, old, entropy, m, keep, grad_norm, cfg)
+            update_stats(stats, terms, ratio, low, high, logp, old, entropy, m, keep, grad_norm)
         if epoch == 0:
             batch_stats(stats, batch, adv, zero, old_logp, loss_mask)
     return first, stats.result()

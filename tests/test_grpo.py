@@ -14,7 +14,7 @@ from stats import StepStats
 
 def surrogate_and_grad(r, A, eps_low=0.2, eps_high=0.2, dual=0.0):
     ratio = torch.tensor([r], dtype=torch.float64, requires_grad=True)
-    obj = clipped_objective(ratio, torch.tensor([A], dtype=torch.float64), eps_low, eps_high, dual)
+    obj, _, _ = clipped_objective(ratio, torch.tensor([A], dtype=torch.float64), eps_low, eps_high, dual)
     obj.sum().backward()
     return obj.item(), ratio.grad.item()
 
@@ -48,7 +48,7 @@ def test_clipped_objective_every_case(r, A, obj, grad):
 def test_book_objective_every_case(r, A, obj, grad):
     """torch.where(A >= 0, min(r A, clip(r) A), max(r A, clip(r) A)), eps 0.2, by hand."""
     ratio = torch.tensor([r], dtype=torch.float64, requires_grad=True)
-    out = grpo.book_objective(ratio, torch.tensor([A], dtype=torch.float64), 0.2, 0.2)
+    out, _, _ = grpo.book_objective(ratio, torch.tensor([A], dtype=torch.float64), 0.2, 0.2)
     out.sum().backward()
     assert out.item() == pytest.approx(obj) and ratio.grad.item() == pytest.approx(grad)
 
@@ -63,6 +63,71 @@ def test_book_clip_fraction_counts_where_its_gradient_stops():
     assert s["clip_frac"].item() == pytest.approx(2 / 6) and s["clip_frac_low"].item() == 0.0
     _, s = loss_and_stats(logp, old, None, adv, mask, GRPOConfig(clip=0.2))  # PPO: 1.5 at A > 0, 0.5 at A < 0
     assert s["clip_frac_high"].item() == pytest.approx(1 / 6) and s["clip_frac_low"].item() == pytest.approx(1 / 6)
+
+
+R = [0.5, 0.9, 1.1, 1.5, 5.0]  # ratios below, inside and above the clip range [0.8, 1.2], and above c = 3
+F, T = False, True
+
+
+def objective_and_grads(name, A, **kw):
+    """One objective on the ratios R with advantage A (eps 0.2): (low, high, d surrogate / d ratio
+    (PPO, book) or d surrogate / d logp (CISPO)), each a list over R."""
+    ratio = torch.tensor([R], dtype=torch.float64, requires_grad=True)  # (1, 5)
+    adv = torch.tensor([[A]], dtype=torch.float64)  # (1, 1)
+    logp = torch.zeros(1, 5, dtype=torch.float64, requires_grad=True)
+    if name == "ppo":
+        surr, low, high = clipped_objective(ratio, adv, 0.2, 0.2, **kw)
+    elif name == "book":
+        surr, low, high = grpo.book_objective(ratio, adv, 0.2, 0.2)
+    else:
+        surr, low, high = grpo.cispo_objective(ratio, adv, logp, 0.2, 0.2)
+    surr.sum().backward()
+    grad = logp.grad if name == "cispo" else ratio.grad
+    assert low.shape == high.shape == surr.shape == (1, 5)
+    return low[0].tolist(), high[0].tolist(), grad[0].tolist()
+
+
+@pytest.mark.parametrize("A,low,high", [(1.0, [F, F, F, F, F], [F, F, F, T, T]),    # A > 0: only above 1 + eps
+                                        (-1.0, [T, F, F, F, F], [F, F, F, F, F])])  # A < 0: only below 1 - eps
+def test_ppo_clip_binds_exactly_where_its_gradient_is_zero(A, low, high):
+    lo, hi, grad = objective_and_grads("ppo", A)
+    assert (lo, hi) == (low, high)
+    assert [g == 0 for g in grad] == [a or b for a, b in zip(low, high)]
+
+
+def test_dual_clip_binds_for_negative_advantages_above_c():
+    lo, hi, grad = objective_and_grads("ppo", -1.0, dual_clip=3.0)
+    assert (lo, hi) == ([T, F, F, F, F], [F, F, F, F, T])  # r = 5 > c: bounded by c * A, no gradient
+    assert [g == 0 for g in grad] == [T, F, F, F, T]
+    assert objective_and_grads("ppo", 1.0, dual_clip=3.0)[:2] == ([F] * 5, [F, F, F, T, T])  # A > 0: PPO's
+
+
+@pytest.mark.parametrize("A", [1.0, -1.0])
+def test_book_clip_binds_above_one_plus_eps_for_either_sign(A):
+    lo, hi, grad = objective_and_grads("book", A)
+    assert (lo, hi) == ([F] * 5, [F, F, F, T, T])
+    assert [g == 0 for g in grad] == hi
+
+
+@pytest.mark.parametrize("A", [1.0, -1.0])
+def test_cispo_clips_its_weight_on_both_sides_for_either_sign_and_keeps_every_gradient(A):
+    lo, hi, grad = objective_and_grads("cispo", A)
+    assert (lo, hi) == ([T, F, F, F, F], [F, F, F, T, T])
+    assert grad == pytest.approx([A * w for w in (0.8, 0.9, 1.1, 1.2, 1.2)])  # the clipped weight times A, never 0
+
+
+@pytest.mark.parametrize("kw,low,high", [(dict(), 1, 1),                          # PPO: 0.5 at A < 0, 1.5 at A > 0
+                                         (dict(dual_clip=1.4), 1, 2),            # ... and 1.5 > c at A < 0
+                                         (dict(objective="book"), 0, 2),         # 1.5 for either sign
+                                         (dict(objective="cispo"), 2, 2)])       # 0.5 and 1.5 for either sign
+def test_logged_clip_fractions_are_the_objectives_own(kw, low, high):
+    """Through grpo_loss and update_stats: ratios 1.5, 0.5, 1 in a row of A = 1 and one of A = -1."""
+    logp = torch.zeros(2, 3)
+    old = -torch.log(torch.tensor([[1.5, 0.5, 1.0], [1.5, 0.5, 1.0]]))
+    adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 3, dtype=torch.bool)
+    _, s = loss_and_stats(logp, old, None, adv, mask, GRPOConfig(clip=0.2, **kw))
+    assert s["clip_frac_low"].item() == pytest.approx(low / 6) and s["clip_frac_high"].item() == pytest.approx(high / 6)
+    assert s["clip_frac"].item() == pytest.approx((low + high) / 6)
 
 
 def test_clip_higher_and_dual_clip():
@@ -155,10 +220,10 @@ def test_aggregation_modes_match_hand_formulas():
 
 def loss_and_stats(logp, old, ref, adv, mask, cfg, entropy=None, weight=None):
     """grpo_loss and the ratio statistics that grpo_step logs with it."""
-    loss, terms, ratio = grpo_loss(logp, old, ref, adv, mask, cfg, entropy, weight)
+    loss, terms, ratio, low, high = grpo_loss(logp, old, ref, adv, mask, cfg, entropy, weight)
     stats = StepStats()
     no_entropy = torch.zeros_like(logp) if entropy is None else entropy
-    grpo.update_stats(stats, terms, ratio, adv, logp, old, no_entropy, mask, torch.ones_like(adv), torch.tensor(1.0), cfg)
+    grpo.update_stats(stats, terms, ratio, low, high, logp, old, no_entropy, mask, torch.ones_like(adv), torch.tensor(1.0))
     return loss, {**terms, **{k: torch.tensor(v) for k, v in stats.result().items()}}
 
 

@@ -170,7 +170,7 @@ def test_cispo_weight_carries_no_gradient():
     mask = torch.ones(3, 4, dtype=torch.bool)
     A = torch.tensor([[1.5], [-0.5], [2.0]], dtype=torch.float64)
     ratio = grpo.policy_ratio(logp, logp.detach(), mask, "token")
-    grpo.cispo_objective(ratio, A, logp, 0.2, 0.28).sum().backward()
+    grpo.cispo_objective(ratio, A, logp, 0.2, 0.28)[0].sum().backward()
     assert torch.equal(logp.grad, A.expand(3, 4))
 
 
@@ -179,16 +179,16 @@ def test_logged_statistics_ignore_padding_columns():
     logp, old = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
     adv, mask = torch.randn(4, generator=g), torch.rand(4, 6, generator=g) > 0.3
     cfg = GRPOConfig(clip=0.1)
-    _, _, ratio = grpo.grpo_loss(logp, old, None, adv, mask, cfg)
+    _, _, ratio, low, high = grpo.grpo_loss(logp, old, None, adv, mask, cfg)
     a = StepStats()
-    grpo.update_stats(a, {}, ratio, adv, logp, old, torch.zeros_like(logp), mask, torch.ones(4), torch.tensor(1.0), cfg)
+    grpo.update_stats(a, {}, ratio, low, high, logp, old, torch.zeros_like(logp), mask, torch.ones(4), torch.tensor(1.0))
     a = a.result()
     pad = lambda x, v: torch.cat([x, torch.full((4, 3), v, dtype=x.dtype)], 1)  # noqa: E731  3 padding columns
     logp2, old2, mask2 = pad(logp, 5.0), pad(old, -5.0), pad(mask, False)
-    _, _, ratio2 = grpo.grpo_loss(logp2, old2, None, adv, mask2, cfg)
+    _, _, ratio2, low2, high2 = grpo.grpo_loss(logp2, old2, None, adv, mask2, cfg)
     b = StepStats()
-    grpo.update_stats(b, {}, ratio2, adv, logp2, old2, torch.zeros_like(logp2), mask2, torch.ones(4), torch.tensor(1.0),
-                      cfg)
+    grpo.update_stats(b, {}, ratio2, low2, high2, logp2, old2, torch.zeros_like(logp2), mask2, torch.ones(4),
+                      torch.tensor(1.0))
     b = b.result()
     assert a["clip_frac"] > 0
     for k in a:
