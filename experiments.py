@@ -78,22 +78,29 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "book_format_gated": ([*BOOK, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight", "1", "--gated"],
                           "... the bonus paid only for right answers"),
 }
-COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in one subplot)
+COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in one subplot, for at most 2 runs)
+    # at most 4 experiments a figure, so that each curve can be followed
     "clip": (["baseline", "clip"], "eval_acc,reward,entropy,clip_frac"),
     "kl": (["baseline", "kl_k3", "kl_naive"], "eval_acc,reward,kl,entropy,resp_len"),
     "format": (["baseline", "format", "format_gated", "format_gdpo"], "eval_acc,reward_correct,reward_format,resp_len"),
-    "modern": (["baseline", "dapo", "drgrpo", "gspo", "cispo"], "eval_acc,reward,entropy,resp_len,clip_frac,zero_std_frac"),
+    "dapo_drgrpo": (["baseline", "dapo", "drgrpo"], "eval_acc,reward,entropy,resp_len,clip_frac,zero_std_frac"),
+    "gspo_cispo": (["baseline", "gspo", "cispo"], "eval_acc,reward,entropy,resp_len,clip_frac,ratio_max"),
     "sampler": (["baseline", "topp", "topp_tis", "topp_keepmask"], "eval_acc,sampler_gap,tis_weight_max,entropy"),
     "entropy": (["baseline", "entropy_bonus"], "eval_acc,entropy,resp_len,reward"),
     "recipes": (["baseline", "olmo3", "deepseek_v32"], "eval_acc,reward,entropy,resp_len,clip_frac,kl"),
     "format_tight": (["format_tight", "format_tight_gated"],
                      "eval_acc,reward_correct,reward_format,resp_len,truncated_frac,entropy"),
-    "book_kl": (["book_kl", "book_kl_beta002", "book_kl_matched", "book_kl_keepmask", "book_kl_k3", "book_kl_onpolicy"],
-                "eval_acc,kl,entropy+sampler_entropy,sampler_gap,resp_len,truncated_frac"),
-    "book_clip": (["book_onpolicy", "book_nokl", "book_noclip", "book_clip10", "book_token_noclip", "book_ppo_clip"],
-                  "eval_acc,ratio_max,clip_frac,entropy+sampler_entropy,ppo_kl,resp_len"),
+    # lesson 1: the book's naive KL against k3 and a smaller beta, then against what removes the mismatch
+    "book_kl": (["book_kl", "book_kl_k3", "book_kl_beta002"], "eval_acc,kl,entropy,sampler_entropy,sampler_gap,resp_len"),
+    "book_kl_sampler": (["book_kl", "book_kl_matched", "book_kl_keepmask", "book_kl_onpolicy"],
+                        "eval_acc,kl,entropy,sampler_entropy,sampler_gap,resp_len"),
+    # lesson 2: the book's epochs with and without its clip, then which change rescues 4 epochs
+    "book_clip": (["book_onpolicy", "book_nokl", "book_noclip", "book_clip10"],
+                  "eval_acc,ratio_max,clip_frac,entropy,ppo_kl,resp_len"),
+    "book_clip_ppo": (["book_noclip", "book_token_noclip", "book_ppo_clip"],
+                      "eval_acc,ratio_max,clip_frac,entropy,ppo_kl,resp_len"),
     "book_format": (["book_format", "book_format_gated", "book_onpolicy"],
-                    "eval_acc,reward_correct,reward_format,entropy+sampler_entropy,resp_len,truncated_frac"),
+                    "eval_acc,reward_correct,reward_format,entropy,resp_len,truncated_frac"),
 }
 
 

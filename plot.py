@@ -25,11 +25,14 @@ mean with markers in the unsmoothed min..max band, instead of bars).
 Panel groups (`--panels`, default all; `kl` and `sampler` are skipped without their data):
     basic     loss, reward, response length, eval accuracy (the chapter's 2x2 figure)
     advanced  reward, advantage mean, advantage std, entropy
-    clip      clip fraction (low/high side, or total) and the ratio mean with its
+    clip      clip fraction (low/high side, or the total) and the ratio mean with its
               min..max band
     kl        KL to the reference policy
     sampler   the learner's entropy beside the sampler's, and the sampler-learner gap
 `--metrics a,b+c` instead draws one figure with one subplot per name (`b+c`: both keys in one).
+A figure has one legend, below its panels, so that it covers no curve; its title wraps
+to the figure's width. The clip panel splits the low and high sides for at most two runs
+(four lines); with more, each run's total.
 
 Every line series is drawn twice: the raw values faint, and a trailing moving average
 on top. The window at the i-th point (0-based) is the last w_i = max(1, floor(s*(i+1)))
@@ -52,6 +55,7 @@ import math
 import os
 import re
 import sys
+import textwrap
 
 import numpy as np
 import matplotlib
@@ -92,6 +96,9 @@ PANELS = {
     ],
 }
 FIGSIZE = {1: (6, 3.6), 2: (10, 3.6), 4: (9, 6.5)}  # inches, by number of subplots
+# characters per inch of figure width, with a margin: the 12-point title wraps at it, and the
+# 9-point legend takes as many columns as its longest label (plus its line) leaves room for
+TITLE_CHARS_PER_INCH, LEGEND_CHARS_PER_INCH = 9, 13
 
 # ----------------------------------------------------------------------------------
 # reading run folders
@@ -266,11 +273,12 @@ def draw_lines(ax, runs, keys, frac):
 
 
 def draw_clip(ax, runs, keys, frac):
-    """Low/high clip fractions where a run logged them, else its total clip_frac."""
+    """Low/high clip fractions where a run logged them (two lines a run, so for at most two
+    runs: four lines a panel), else the total clip_frac."""
     low, high, total = keys
     drawn = []
     for i, (name, recs) in enumerate(runs):
-        split = [k for k in (low, high) if len(series(recs, k)[0])]
+        split = [k for k in (low, high) if len(series(recs, k)[0])] if len(runs) <= 2 else []
         drawn.append(draw_run(ax, i, name, recs, split or [total], frac))
     return any(drawn)
 
@@ -327,7 +335,7 @@ def draw_bars(ax, runs, key):
 
 
 def draw_subplot(ax, runs, title, kind, keys, frac):
-    """One panel; with several runs always a legend, so a lone curve says whose it is."""
+    """One panel, without a legend of its own (the figure has one for all its panels)."""
     if kind == "bars":
         drawn = draw_bars(ax, runs, keys[0])
     elif kind == "clip":
@@ -342,8 +350,6 @@ def draw_subplot(ax, runs, title, kind, keys, frac):
     if not drawn:
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center",
                 color="grey", fontsize=12)
-    elif len(runs) > 1 or len(ax.get_legend_handles_labels()[1]) > 1:
-        ax.legend(fontsize=8)
 
 
 # ----------------------------------------------------------------------------------
@@ -352,21 +358,43 @@ def draw_subplot(ax, runs, title, kind, keys, frac):
 
 def make_figure(runs, subplots, frac, suptitle, path):
     """Draw the (title, kind, keys) subplots on a grid and save a PNG at `path`."""
-    n = len(subplots)
-    ncols = 1 if n == 1 else 2 if n <= 4 else 3
-    nrows = math.ceil(n / ncols)
-    figsize = FIGSIZE.get(n, (4.5 * ncols, 3.2 * nrows))
-    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False)
-    for ax, (title, kind, keys) in zip(axes.flat, subplots):
-        draw_subplot(ax, runs, title, kind, keys, frac)
-    for ax in axes.flat[n:]:
-        ax.set_visible(False)
-    fig.suptitle(suptitle, fontsize=12)
-    fig.tight_layout()
+    fig = build_figure(runs, subplots, frac, suptitle)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
+
+
+def build_figure(runs, subplots, frac, suptitle):
+    """The figure: the panels on a grid, one legend for all of them below the grid (so it
+    covers no curve), and the title wrapped to the figure's width."""
+    n = len(subplots)
+    ncols = 1 if n == 1 else 2 if n <= 4 else 3
+    nrows = math.ceil(n / ncols)
+    figsize = FIGSIZE.get(n, (4.5 * ncols, 3.2 * nrows))
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, layout="constrained")
+    for ax, (title, kind, keys) in zip(axes.flat, subplots):
+        draw_subplot(ax, runs, title, kind, keys, frac)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    fig.suptitle(textwrap.fill(suptitle, int(figsize[0] * TITLE_CHARS_PER_INCH)), fontsize=12)
+    figure_legend(fig, axes.flat[:n], [name for name, _ in runs], figsize[0])
+    return fig
+
+
+def figure_legend(fig, axes, names, width):
+    """One legend below the panels: every label drawn in any panel, once, in the order
+    drawn. A figure of one run (named in its title) lists only the keys it shares a panel with."""
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    if len(names) == 1:
+        entries.pop(names[0], None)
+    if not entries:
+        return
+    ncol = max(1, min(len(entries), int(width * LEGEND_CHARS_PER_INCH / (max(map(len, entries)) + 6))))
+    fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncol=ncol, fontsize=9, frameon=False)
 
 
 def metric_subplots(names):

@@ -31,6 +31,12 @@ def test_comparisons_and_lessons_name_existing_experiments():
         assert set(names) <= set(experiments.EXPERIMENTS)
 
 
+def test_each_comparison_figure_has_few_enough_curves_to_follow():
+    for fig, (names, metrics) in experiments.COMPARISONS.items():
+        assert len(names) <= 4, fig  # at most four curves a panel
+        assert len(names) <= 2 or "+" not in metrics, fig  # a+b draws two curves a run
+
+
 def write_run(folder, evals, reward=lambda s: s / 20, tail=""):
     folder.mkdir(parents=True)
     rows = [{"step": 0, "time": 0, "eval_acc": evals[0]}]

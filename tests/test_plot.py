@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import matplotlib.text
 import numpy as np
 import pytest
 
@@ -129,15 +130,62 @@ def test_two_runs_overlaid(tmp_path):
 
     # the legend names the run folders, one line (or bar set) per run
     runs = [plot.load_run(a), plot.load_run(b)]
-    fig, ax = plt.subplots()
-    plot.draw_subplot(ax, runs, "reward", "line", ["reward"], 0.25)
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["A", "B"]
-    plt.close(fig)
+    assert legend_texts(plot.build_figure(runs, plot.PANELS["basic"], 0.25, "basic")) == ["A", "B"]
     # a key only one run logged still gets a legend, so the lone curve says whose it is
-    fig, ax = plt.subplots()
     only_a = [("A", [{"step": 1, "kl": 0.1}, {"step": 2, "kl": 0.2}]), ("B", [{"step": 1}])]
-    plot.draw_subplot(ax, only_a, "kl", "line", ["kl"], 0.25)
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["A"]
+    assert legend_texts(plot.build_figure(only_a, plot.PANELS["kl"], 0.25, "kl")) == ["A"]
+
+
+def legend_texts(fig):
+    """The texts of the figure's one legend (no panel has one of its own); closes the figure."""
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    plt.close(fig)
+    return texts
+
+
+def test_one_legend_below_the_panels_and_the_title_inside_the_figure(tmp_path):
+    """Four experiments with long names on six panels: the one legend overlaps no panel
+    (nor its tick labels and title), and the wrapped title and the legend lie inside the figure."""
+    names = [f"book_kl_a_long_experiment_name_{k} (3 seeds)" for k in range(4)]
+    runs = [(n, plot.load_run(write_run(tmp_path / f"r{k}"))[1]) for k, n in enumerate(names)]
+    metrics = ["eval_acc", "loss", "reward", "entropy", "resp_len", "clip_frac"]
+    title = "metrics: " + ", ".join(names)
+    fig = plot.build_figure(runs, plot.metric_subplots(metrics), 0.25, title)
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    legend = fig.legends[0].get_window_extent(renderer)
+    (suptitle,) = [t for t in fig.findobj(matplotlib.text.Text) if t.get_text().startswith("metrics:")]
+    box = suptitle.get_window_extent(renderer)
+    for inside in (legend, box):
+        assert 0 <= inside.x0 and inside.x1 <= fig.bbox.width and 0 <= inside.y0 and inside.y1 <= fig.bbox.height
+    assert suptitle.get_text().count("\n") >= 1  # wrapped: one line would not fit
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) == 6
+    for ax in panels:
+        assert not legend.overlaps(ax.get_tightbbox(renderer)), ax.get_title()
+    assert legend_texts(fig) == names
+
+
+def test_the_clip_panel_splits_its_sides_for_at_most_two_runs(tmp_path):
+    def labelled_lines(runs):
+        fig, ax = plt.subplots()
+        plot.draw_subplot(ax, runs, "clip", "clip", ["clip_frac_low", "clip_frac_high", "clip_frac"], 0.25)
+        labels = ax.get_legend_handles_labels()[1]
+        plt.close(fig)
+        return labels
+    keys = ("clip_frac", "clip_frac_low", "clip_frac_high")
+    runs = [(n, plot.load_run(write_run(tmp_path / n, keys=keys))[1]) for n in "ABC"]
+    assert labelled_lines(runs[:2]) == ["A clip_frac_low", "A clip_frac_high", "B clip_frac_low", "B clip_frac_high"]
+    assert labelled_lines(runs) == ["A", "B", "C"]  # three runs: each its total, three lines
+
+
+def test_a_single_run_figure_has_a_legend_only_for_the_keys_sharing_a_panel(tmp_path):
+    run = [plot.load_run(write_run(tmp_path / "A", keys=("entropy", "sampler_entropy", "sampler_gap", "loss")))]
+    assert legend_texts(plot.build_figure(run, plot.PANELS["sampler"], 0.25, "sampler")) == \
+        ["A entropy", "A sampler_entropy"]
+    fig = plot.build_figure(run, plot.PANELS["basic"], 0.25, "basic")  # one key a panel: the title names the run
+    assert not fig.legends
     plt.close(fig)
 
 
