@@ -176,20 +176,10 @@ def run_all(jobs_list, n_jobs):
         raise SystemExit("experiments.py: these runs failed (see train.log in their folders):\n  " + "\n  ".join(failed))
 
 
-def seed_dirs(runs_dir, name):
-    """The seed<k> run folders of one experiment that have metrics, in seed order."""
-    root = os.path.join(runs_dir, name)
-    if not os.path.isdir(root):
-        return []
-    found = [d for d in os.listdir(root) if d.startswith("seed") and d[4:].isdigit()
-             and os.path.exists(os.path.join(root, d, "metrics.jsonl"))]
-    return [os.path.join(root, d) for d in sorted(found, key=lambda d: int(d[4:]))]
-
-
 def figures(runs_dir, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     for fig, (names, metrics) in COMPARISONS.items():
-        dirs = [os.path.join(runs_dir, n) for n in names if seed_dirs(runs_dir, n)]
+        dirs = [os.path.join(runs_dir, n) for n in names if plot.seed_folders(os.path.join(runs_dir, n))]
         if dirs:
             subprocess.run([sys.executable, "plot.py", *dirs, "--metrics", metrics,
                             "--out", os.path.join(out_dir, f"exp_{fig}.png")], check=True)
@@ -271,7 +261,7 @@ def table(runs_dir):
              "|---|---|" + "---|" * len(COLUMNS)]
     summaries = {}
     for name in EXPERIMENTS:
-        dirs = seed_dirs(runs_dir, name)
+        dirs = plot.seed_folders(os.path.join(runs_dir, name))
         if not dirs:
             continue
         summaries[name] = {os.path.basename(d): run_summary(plot.read_metrics(os.path.join(d, "metrics.jsonl")))

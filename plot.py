@@ -150,7 +150,10 @@ def load_run(folder):
 
 
 def seed_folders(folder):
-    """The seed<k>/ subfolders of an experiment folder that hold metrics, in seed order."""
+    """The seed<k>/ subfolders of an experiment folder that hold metrics, in seed order
+    (none if there is no such folder): the one rule, which experiments.py uses too."""
+    if not os.path.isdir(folder):
+        return []
     subs = [d for d in os.listdir(folder) if re.fullmatch(r"seed\d+", d)
             and os.path.isfile(os.path.join(folder, d, "metrics.jsonl"))]
     return [os.path.join(folder, d) for d in sorted(subs, key=lambda d: int(d[4:]))]

@@ -1,10 +1,12 @@
 """experiments.py: every experiment's flags are valid train.py flags; seeds, table and lessons read runs."""
 import argparse
 import json
+import os
 
 import pytest
 
 import experiments
+import plot
 import train
 
 
@@ -53,6 +55,21 @@ def test_table_is_mean_and_std_over_seeds(tmp_path):
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[:5] == ["clip", "2", "25.0% ± 0.0%", "75.0% ± 7.1%", "80.0% ± 7.1%"]  # start, final, peak
     assert cells[5] == "0.775 ± 0.000" and cells[7] == "25.5 ± 0.0" and cells[-1] == "2.0 ± 0.0"  # reward and length of the last 10 steps
+
+
+def test_the_table_and_the_figures_find_seeds_by_plots_one_rule(tmp_path, monkeypatch):
+    """experiments.py has no rule of its own for seed folders: what plot.seed_folders names is what it reads."""
+    for name in ("clip/seed0", "clip/seed1", "clip/run_a", "baseline/run_a"):
+        write_run(tmp_path / name, [0.25, 0.75, 0.7])
+    monkeypatch.setattr(plot, "seed_folders", lambda folder: [os.path.join(folder, "run_a")]
+                        if os.path.isdir(os.path.join(folder, "run_a")) else [])  # a rule other than seed<k>
+    table = experiments.table(str(tmp_path)).splitlines()
+    assert [l.split("|")[1:3] for l in table if l.startswith(("| clip", "| baseline"))] == \
+        [[" baseline ", " 1 "], [" clip ", " 1 "]]  # run_a alone, not seed0 and seed1
+    drawn = []
+    monkeypatch.setattr(experiments.subprocess, "run", lambda cmd, check: drawn.append(cmd[2:cmd.index("--metrics")]))
+    experiments.figures(str(tmp_path), str(tmp_path / "fig"))
+    assert drawn[0] == [str(tmp_path / "baseline"), str(tmp_path / "clip")]
 
 
 def test_lessons_count_the_seeds_where_they_hold(tmp_path, monkeypatch):
