@@ -27,6 +27,7 @@ import copy
 import json
 import os
 import platform
+import sys
 import time
 from dataclasses import asdict, fields
 
@@ -83,6 +84,9 @@ def get_parser():
                         "are held out")
     g.add_argument("--eval-batch-size", type=int, default=256, help="rows per batch of the greedy evaluation")
     add_config_flags(ap, grpo.GRPOConfig)
+    # the flags typed on the command line (parse_args fills it in): only those get a warning
+    # when they can do nothing, never a value a recipe or a default set
+    ap.set_defaults(typed_flags=[])
     return ap
 
 
@@ -107,7 +111,19 @@ def parse_args(argv=None):
     recipe = ap.parse_known_args(argv)[0].recipe
     if recipe:
         ap.set_defaults(**grpo.RECIPES[recipe])
-    return ap, ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    args.typed_flags = typed_flags(argv)
+    return ap, args
+
+
+def typed_flags(argv=None):
+    """The names of the flags typed in argv: argparse gives a name its default only if the
+    namespace lacks it, so a namespace that holds a marker under every name keeps the
+    marker exactly where nothing was typed."""
+    ap = get_parser()
+    untyped = object()
+    marked = argparse.Namespace(**dict.fromkeys(vars(ap.parse_args([])), untyped))
+    return sorted(name for name, value in vars(ap.parse_args(argv, marked)).items() if value is not untyped)
 
 
 def grpo_config(args):
@@ -150,6 +166,41 @@ def check_args(args):
         raise ValueError("--init is the small GPT's warm start; --model replaces it: give one of them")
     if args.eval_batch_size < 1:
         raise ValueError(f"--eval-batch-size must be >= 1, got {args.eval_batch_size}")
+    refuse_contradictions(args)
+    if distributed.rank() == 0:
+        for line in inert_flags(args):
+            print(f"train.py: warning: {line}", file=sys.stderr)
+
+
+def refuse_contradictions(args):
+    """A flag that cannot act as asked, with the others given, is refused in one line."""
+    per_answer = [f"--ratio-level {args.ratio_level}"] if args.ratio_level != "token" else []
+    per_answer += ["--kl-level sequence"] if args.kl_level == "sequence" and args.kl > 0 else []
+    if per_answer and args.loss_agg != "seq_mean":
+        raise ValueError(f"{per_answer[0]} gives one term per answer, which --loss-agg {args.loss_agg} would weigh "
+                         "by the answer's length (grpo.aggregate): use --loss-agg seq_mean")
+    if args.dual_clip != 0 and not args.dual_clip > 1:
+        raise ValueError(f"--dual-clip {args.dual_clip}: the dual clip c bounds c * A from below and needs c > 1 "
+                         "(0: off)")
+    if args.dual_clip and args.objective != "ppo":
+        raise ValueError(f"--dual-clip bounds PPO's clipped objective; --objective {args.objective} has no such bound")
+    if args.keep_sampling_mask and args.top_p >= 1 and args.top_k <= 0:
+        raise ValueError("--keep-sampling-mask keeps the support top-p / top-k sampled from, but neither cuts one "
+                         "(--top-p 1, --top-k 0): it would change nothing and cost B x T x V bools")
+
+
+def inert_flags(args):
+    """One line for each flag typed (args.typed_flags) that can do nothing with the others given."""
+    no_kl = "without a KL penalty (--kl 0)"
+    no_format = "to the reward without a format bonus (--format-weight 0)"
+    inert = {"kl_estimator": (args.kl == 0, no_kl), "kl_level": (args.kl == 0, no_kl),
+             "kl_reweight": (args.kl == 0, no_kl),
+             "resample_epochs": (args.mu == 1, "with one epoch (--mu 1): nothing is sampled again"),
+             "max_sampling_rounds": (not args.dynamic_sampling, "without --dynamic-sampling (one round)"),
+             "gated": (args.format_weight == 0, no_format), "format_check": (args.format_weight == 0, no_format),
+             "level": (args.task == "math", "with --task math (its problems come from --data)")}
+    return [f"--{name.replace('_', '-')} does nothing {why}" for name, (idle, why) in inert.items()
+            if idle and name in args.typed_flags]
 
 
 # ---------------------------------------------------------------- set-up
@@ -288,16 +339,16 @@ def main(args):
     device = distributed.init(resolve_device(args.device))  # under torchrun: join the other ranks
     rank, n_ranks = distributed.rank(), distributed.world()
     log = print if rank == 0 else (lambda *a, **k: None)  # one copy of every line, not N
-    check_args(args)
-    torch.set_num_threads(args.threads)
-    if args.resume:
+    if args.resume:  # the run's saved flags, checked as a new run's are
         args, run_dir, start_step, state = resume_state(args)
     else:
+        check_args(args)
         args.steps = 100 if args.steps is None else args.steps
         run_dir = os.path.join(args.runs_dir, args.run_name or time.strftime("%Y%m%d-%H%M%S"))
         if os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
             raise ValueError(f"{run_dir} already has a run: pick another --run-name or --resume {run_dir}")
         start_step, state = 0, None
+    torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     if args.model:  # the book's Qwen3, in its dtype
         (model, enc), init_ckpt = load_book_model(args, device), None
@@ -401,6 +452,11 @@ def resume_state(args):
     saved.resume, saved.threads, saved.device = args.resume, args.threads, args.device
     if args.steps is not None:  # allow extending a finished run
         saved.steps = args.steps
+    ignored = [f"--{n.replace('_', '-')}" for n in args.typed_flags if n not in ("resume", "steps", "threads", "device")]
+    if ignored and distributed.rank() == 0:
+        print(f"train.py: warning: {', '.join(ignored)} ignored: a resumed run keeps its saved flags (only --steps, "
+              "--threads and --device apply)", file=sys.stderr)
+    check_args(saved)  # before the run folder is touched: a refused run loses nothing
     if distributed.rank() == 0:  # the one writer of the run folder
         for name in ("metrics.jsonl", "samples.jsonl"):
             truncate_metrics(os.path.join(run_dir, name), state["step"])
@@ -413,10 +469,11 @@ def resume_state(args):
 
 if __name__ == "__main__":
     parser, args = parse_args()
-    if args.print_config:  # every resolved flag: the recipe's, the defaults, and what was typed
-        print(json.dumps({k: v for k, v in vars(args).items() if k != "print_config"}, indent=2))
-        raise SystemExit(0)
     try:
+        if args.print_config:  # every resolved flag: the recipe's, the defaults, and what was typed
+            check_args(args)
+            print(json.dumps({k: v for k, v in vars(args).items() if k not in ("print_config", "typed_flags")}, indent=2))
+            raise SystemExit(0)
         main(args)
     except (ValueError, CheckpointError) as e:
         # under torchrun: this rank's message, then a non-zero exit, on which torchrun stops the other ranks

@@ -119,7 +119,7 @@ def test_kept_sampling_mask_makes_learner_and_sampler_agree_under_top_p():
 
 
 @pytest.mark.parametrize("name", list(grpo.RECIPES))
-def test_every_recipe_prints_its_resolved_flags(name):
+def test_every_recipe_prints_its_resolved_flags(name, capsys):
     out = subprocess.run([sys.executable, "train.py", "--recipe", name, "--print-config", "--max-grad-norm", "0.5"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -128,7 +128,8 @@ def test_every_recipe_prints_its_resolved_flags(name):
     for key, value in grpo.RECIPES[name].items():
         assert resolved[key] == value, key
     _, args = train.parse_args(["--recipe", name])
-    train.check_args(args)
+    train.check_args(args)  # never refused (a per-answer ratio or KL under token_mean, say), never warned
+    assert capsys.readouterr().err == ""
 
 
 def test_book_recipe_prints_the_books_values():
