@@ -431,7 +431,7 @@ def update_stats(stats, terms, ratio, low, high, logp, old_logp, entropy, mask, 
 
 
 @torch.no_grad()
-def batch_stats(stats, batch, adv, zero, old_logp, loss_mask):
+def batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask):
     """Record the sampled batch: rewards (every term rewards.score returns), advantages,
     lengths, zero-variance groups, and the sampler-learner gap."""
     for name, r in batch.rewards.items():
@@ -439,7 +439,7 @@ def batch_stats(stats, batch, adv, zero, old_logp, loss_mask):
     stats.std("reward_std", batch.rewards["total"])
     stats.mean("adv_mean", adv)
     stats.std("adv_std", adv)
-    stats.mean("zero_std_frac", zero)
+    stats.mean("zero_std_frac", zero_std_groups)
     lengths = batch.loss_mask.sum(1)  # (B,)
     stats.mean("resp_len", lengths)
     stats.max("resp_len_max", lengths)
@@ -473,39 +473,47 @@ def optimizer_step(model, opt, loss, max_grad_norm):
     return grad_norm
 
 
+@torch.no_grad()
+def all_rows_logprobs(model, batch, loss_mask, cfg):
+    """(B, T) log-probs of every row of a batch under model, without gradient (pi_old, pi_ref)."""
+    return batch_logprobs(model, batch, torch.arange(batch.tokens.shape[0]), loss_mask, cfg)[0]
+
+
 def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generator):
     """One GRPO step: sample G answers for each of n_prompts problems, score them, then mu
     epochs of K minibatch updates. Returns (the first epoch's Rollouts, {statistic: float}).
+
+    pi_old, the policy that samples, is the weights at the start of the step, fixed for all
+    of its updates, while the updates change `policy` in place. So pi_old's log-probs of a
+    batch of rollouts are fixed once, before its first update: from `policy` itself in the
+    first epoch (no update has run yet) and, where later epochs sample afresh (the book's
+    inner epochs), from a frozen copy of the step's starting weights.
 
     Under torchrun, model is the DDP wrapper (distributed.wrap) and n_prompts this rank's
     share; the statistics are the global ones, the same on every rank.
     """
     policy = unwrap(model)  # the module itself: sampling and no-grad passes need no gradient all-reduce
-    # pi_old, the policy that samples, is the weights at the start of the step. A frozen copy of
-    # it is kept only where later epochs sample again from it (the book's inner epochs).
-    pi_old = copy.deepcopy(policy).requires_grad_(False) if cfg.resample_epochs and cfg.mu > 1 else policy
-    first, zero = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
+    frozen_pi_old = copy.deepcopy(policy).requires_grad_(False) if cfg.resample_epochs and cfg.mu > 1 else None
+    first, zero_std_groups = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
     stats = StepStats()
     for epoch in range(cfg.mu):
-        if epoch == 0 or cfg.resample_epochs:  # new rollouts: their advantages, pi_ref and pi_old
-            batch = first if epoch == 0 else rollout(pi_old, enc, first.problems[::cfg.group_size], cfg, generator)
+        if epoch == 0 or cfg.resample_epochs:  # a new batch of rollouts: its advantages, pi_ref's and pi_old's log-probs
+            sampler = policy if epoch == 0 else frozen_pi_old  # the weights that draw this batch: pi_old
+            batch = first if epoch == 0 else rollout(sampler, enc, first.problems[::cfg.group_size], cfg, generator)
             adv = advantages(batch, cfg)  # (B,)
             loss_mask = batch.loss_mask & ~batch.truncated[:, None] if cfg.mask_truncated else batch.loss_mask
-            everything = torch.arange(len(adv))
-            with torch.no_grad():
-                ref_logp = batch_logprobs(ref_model, batch, everything, loss_mask, cfg)[0] if cfg.kl > 0 else None
-                # pi_old's log-probs: the first update of these rollouts runs on pi_old's very
-                # weights when it sees them all (one minibatch, first epoch), so it takes them
-                # from its own forward below, for free; otherwise they need this pass.
-                old_logp = None
-                if epoch > 0 or cfg.minibatches > 1:
-                    old_logp = batch_logprobs(pi_old, batch, everything, loss_mask, cfg)[0]  # (B, T)
             parts = same_count(minibatch_rows(len(adv), cfg.group_size, cfg.minibatches))  # K lists of rows
+            ref_logp = all_rows_logprobs(ref_model, batch, loss_mask, cfg) if cfg.kl > 0 else None  # pi_ref (B, T)
+            # pi_old's log-probs, fixed here for every update of this batch. When the first update
+            # sees every row (first epoch, one minibatch) it runs on pi_old's very weights, so its own
+            # forward gives them (a no-grad pass of its own would add ~11% to a default step)
+            free = batch_logprobs(model, batch, parts[0], loss_mask, cfg) if epoch == 0 and len(parts) == 1 else None
+            old_logp = free[0].detach() if free is not None else all_rows_logprobs(sampler, batch, loss_mask, cfg)
         for rows in parts:
             stats.next_update()
-            logp, entropy = batch_logprobs(model, batch, rows, loss_mask, cfg)  # pi_theta (b, T), with gradient
-            if old_logp is None:
-                old_logp = logp.detach()  # pi_theta is still pi_old here: the ratio is exactly 1
+            # pi_theta's (b, T) each, with gradient; the free forward serves the first update only
+            logp, entropy = free if free is not None else batch_logprobs(model, batch, rows, loss_mask, cfg)
+            free = None
             old = old_logp[rows]  # pi_old (b, T)
             ref = None if ref_logp is None else ref_logp[rows]  # pi_ref (b, T)
             m, sampler_logp = loss_mask[rows], batch.sampler_logp[rows]  # (b, T) each
@@ -516,5 +524,5 @@ def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generat
             grad_norm = optimizer_step(model, opt, loss, cfg.max_grad_norm)
             update_stats(stats, terms, ratio, low, high, logp, old, entropy, m, keep, grad_norm)
         if epoch == 0:
-            batch_stats(stats, batch, adv, zero, old_logp, loss_mask)
+            batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask)
     return first, stats.result()
