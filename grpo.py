@@ -461,14 +461,17 @@ def batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask):
 
 # ---------------------------------------------------------------- 5. one GRPO step
 
-def optimizer_step(model, opt, loss, max_grad_norm):
-    """Backward, clip the gradient norm, step. Raises FloatingPointError before the step
-    (the weights stay good) if the loss or the gradient is not finite."""
+def optimizer_step(model, opt, loss, max_grad_norm, update=1, updates=1):
+    """Backward, clip the gradient norm, step. Raises FloatingPointError before the step if
+    the loss or the gradient is not finite, saying which of the step's updates it was: the
+    ones before it did change the weights."""
     opt.zero_grad(set_to_none=True)
     loss.backward()  # under DDP: the gradients arrive averaged over the ranks
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
     if not everywhere_finite(loss, grad_norm):
-        raise FloatingPointError(f"non-finite loss ({loss.item()}) or gradient norm ({grad_norm.item()})")
+        done = update - 1
+        raise FloatingPointError(f"non-finite loss ({loss.item()}) or gradient norm ({grad_norm.item()}) in update "
+                                 f"{update} of {updates} of this step, after {done} applied update{'s' * (done != 1)}")
     opt.step()
     return grad_norm
 
@@ -521,7 +524,7 @@ def grpo_step(model, ref_model, opt, enc, next_problems, n_prompts, cfg, generat
             keep = off_policy_keep(logp, sampler_logp, adv[rows], m, cfg.off_policy_mask)  # (b,)
             A = adv[rows] * keep  # (b,) the advantages the update follows
             loss, terms, ratio, low, high = grpo_loss(logp, old, ref, A, m, cfg, entropy, weight)
-            grad_norm = optimizer_step(model, opt, loss, cfg.max_grad_norm)
+            grad_norm = optimizer_step(model, opt, loss, cfg.max_grad_norm, stats.update, cfg.mu * len(parts))
             update_stats(stats, terms, ratio, low, high, logp, old, entropy, m, keep, grad_norm)
         if epoch == 0:
             batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask)

@@ -399,6 +399,7 @@ def main(args):
         if rank == 0:
             append_jsonl(metrics_path, record)
     gen = torch.Generator(device=device)
+    saved_step = start_step if state is not None else None  # the step ckpt_latest.pt holds
     t0, step_times = time.time(), []
     for step in range(start_step + 1, args.steps + 1):
         ts = time.time()
@@ -409,8 +410,7 @@ def main(args):
                                               problem_source(args.level, args.seed, step, rank, pool),
                                               args.prompts_per_step // n_ranks, cfg, gen)
         except FloatingPointError as e:
-            raise SystemExit(f"step {step}: {e}; stopping. The weights were not updated; last good checkpoint: "
-                             f"{os.path.join(run_dir, 'ckpt_latest.pt')}")
+            raise SystemExit(f"step {step}: {e}; stopping. {last_good(args, run_dir, step, saved_step)}")
         step_times.append(time.time() - ts)
         stats.update(step=step, time=time.time() - t0, lr=args.lr,
                      tokens_per_s=stats["n_tokens"] / step_times[-1])
@@ -426,9 +426,22 @@ def main(args):
             save_checkpoint(os.path.join(run_dir, "ckpt_latest.pt"), model,
                             {**extra, "optimizer": opt.state_dict(), "step": step, "args": vars(args),
                              "processes": n_ranks})
+            saved_step = step
     log(f"done: {args.steps} steps, {time.time() - t_start:.0f}s total. Plot: python plot.py {run_dir}")
     distributed.close()
     return run_dir
+
+
+def last_good(args, run_dir, step, saved_step):
+    """Where the last good weights of a run stopped at `step` are, in one sentence."""
+    if args.model:  # saved at each evaluation, in the Hugging Face layout
+        last_eval = (step - 1) // args.eval_every * args.eval_every
+        return f"The last weights saved are {os.path.join(run_dir, f'model_step{last_eval}')}."
+    latest = os.path.join(run_dir, "ckpt_latest.pt")
+    if saved_step is None:
+        return f"No {latest} yet: the first is written at step {args.save_every} (--save-every)."
+    return (f"{latest} holds step {saved_step} (written every --save-every {args.save_every} steps); "
+            f"--resume {run_dir} continues from there.")
 
 
 def resume_state(args):

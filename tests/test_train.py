@@ -163,6 +163,32 @@ def test_nan_guard_stops_a_finite_loss_with_a_non_finite_gradient(warm, tmp_path
     assert [r["step"] for r in read_metrics(str(tmp_path / "r"))] == [0, 1, 2]
 
 
+def test_nan_guard_says_how_far_the_step_got_and_which_step_the_checkpoint_holds(warm, tmp_path, monkeypatch):
+    """At the second of step 4's two updates the gradient turns NaN: the first update of the
+    step was applied, and ckpt_latest.pt (every 2 steps) holds step 2, not step 3."""
+    real, calls = grpo.batch_logprobs, []
+
+    def poisoned(*a, **k):
+        logp, ent = real(*a, **k)
+        if torch.is_grad_enabled():  # pi_theta: two passes a step at mu 2, K 1
+            calls.append(1)
+            if len(calls) == 8:
+                logp.register_hook(lambda g: g * float("nan"))
+        return logp, ent
+    monkeypatch.setattr(grpo, "batch_logprobs", poisoned)
+    with pytest.raises(SystemExit) as e:
+        train.main(args_for(warm, tmp_path, "--steps", "5", "--save-every", "2", "--mu", "2", "--minibatches", "1"))
+    latest = os.path.join(str(tmp_path / "r"), "ckpt_latest.pt")
+    assert str(e.value).startswith("step 4: non-finite loss")
+    assert "in update 2 of 2 of this step, after 1 applied update;" in str(e.value)
+    assert f"{latest} holds step 2 (written every --save-every 2 steps)" in str(e.value)
+    assert torch.load(latest, weights_only=True)["step"] == 2
+    assert [r["step"] for r in read_metrics(str(tmp_path / "r"))] == [0, 1, 2, 3]
+    calls.clear()  # and before the first save: no checkpoint to name
+    with pytest.raises(SystemExit, match=r"in update 2 of 2 .*No .*ckpt_latest.pt yet: the first is written at step 5"):
+        train.main(args_for(warm, tmp_path / "b", "--steps", "5", "--save-every", "5", "--mu", "2"))
+
+
 def test_the_reference_stays_the_warm_start_across_a_run_and_its_resume(warm, tmp_path, monkeypatch):
     """Every step's reference model holds the warm start's weights exactly, the policy
     does not, and the logged KL is > 0 once the policy has moved; the same after --resume."""
