@@ -158,6 +158,8 @@ BUGS = [
   "tests/test_experiments.py -k named_after_a_recipe"),
  ("first moves from a running mean, not a trailing window", "experiments.py", "trailing = [(s, sum(v for _, v in logged[max(0, i - window + 1):i + 1]) / min(window, i + 1))", "trailing = [(s, sum(v for _, v in logged[:i + 1]) / (i + 1))",
   "tests/test_experiments.py -k first_moves"),
+ ("the background build outlives the session", "tests/conftest.py", "            proc.kill()\n            proc.wait()\n", "            pass\n",
+  "tests/test_warmstart.py -k session_that_ends"),
  ("train.py starts from another warm start", "sft.py", 'DEFAULT_CKPT = "checkpoints/warmstart.pt"', 'DEFAULT_CKPT = "checkpoints/warm_start.pt"',
   "tests/test_warmstart.py -k train_starts"),
 ]
