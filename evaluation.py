@@ -1,5 +1,9 @@
 """Greedy accuracy and pass@k of a policy on a list of problems.
 
+    python evaluation.py      # the shipped warm start: greedy accuracy on the 500 held-out problems,
+                              # and at T 1 on the first 200 of them pass@8 and the share of answers that reason
+    python evaluation.py runs/mine/ckpt_step100.pt --level medium
+
 Used by the warm start (sft.py) and by GRPO training (train.py) alike, so it sits beside
 the task and depends only on the model, the tokenizer and the rewards:
 
@@ -9,12 +13,16 @@ the task and depends only on the model, the tokenizer and the rewards:
 run reports is what the policy answers when it is not exploring. Under torchrun each
 rank answers every N-th problem and the counts are summed over the ranks.
 """
+import argparse
+
 import torch
 
 import distributed
 import rewards
+import tasks
 from decoding import generate
-from tokenizer import decode_completions, encode_text
+from model import CheckpointError, load_checkpoint
+from tokenizer import build_tokenizer, decode_completions, encode_text
 
 
 @torch.no_grad()
@@ -39,7 +47,8 @@ def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256):
 
 @torch.no_grad()
 def pass_at_k(model, enc, problems, k=8, temperature=1.0, seed=0, max_new_tokens=40):
-    """Share of problems with at least one correct answer among k samples."""
+    """k samples of each problem -> {"pass": the share of problems with at least one correct
+    answer among them, "reasoned": the share of the samples that open with <think>}."""
     gen = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
     was_training = model.training
     model.eval()
@@ -48,4 +57,41 @@ def pass_at_k(model, enc, problems, k=8, temperature=1.0, seed=0, max_new_tokens
     model.train(was_training)
     texts = decode_completions(enc, out.tokens, out.mask, max(map(len, prompts)))
     hits = [rewards.correctness_reward(t, p.answer) for t, p in zip(texts, (p for p in problems for _ in range(k)))]
-    return sum(max(hits[i * k:(i + 1) * k]) for i in range(len(problems))) / len(problems)
+    return {"pass": sum(max(hits[i * k:(i + 1) * k]) for i in range(len(problems))) / len(problems),
+            "reasoned": sum(t.startswith(tasks.THINK_OPEN) for t in texts) / len(texts)}
+
+
+def main(args):
+    """Print one line: greedy accuracy on the held-out set, then pass@k and the reasoned share at T 1."""
+    torch.set_num_threads(args.threads)
+    model, ckpt = load_checkpoint(args.checkpoint)
+    if "tokenizer" not in ckpt:
+        raise CheckpointError(f"{args.checkpoint} has no tokenizer spec: not a checkpoint of this project's GPT")
+    enc = build_tokenizer(ckpt["tokenizer"])
+    problems = tasks.eval_set(args.level, args.eval_size)
+    ev = evaluate(model, enc, problems)
+    line = f"greedy accuracy {ev['accuracy']:.1%} (think format {ev['format']:.1%}) on {len(problems)} {args.level} problems"
+    if args.pass_k:
+        sampled = problems[:args.pass_k_problems]
+        pk = pass_at_k(model, enc, sampled, args.pass_k, seed=args.seed)
+        line += (f" | at T 1 on the first {len(sampled)}: pass@{args.pass_k} {pk['pass']:.1%}, "
+                 f"{pk['reasoned']:.1%} of the {args.pass_k * len(sampled)} answers reason")
+    print(line)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description="Greedy accuracy and pass@k of a checkpoint on the held-out problems.",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("checkpoint", nargs="?", default="checkpoints/warmstart.pt", help="a checkpoint of the small GPT")
+    ap.add_argument("--level", default="medium", help=f"difficulty of the held-out set ({', '.join(tasks.LEVELS)})")
+    ap.add_argument("--eval-size", type=int, default=500, help="held-out problems, answered greedily")
+    ap.add_argument("--pass-k", type=int, default=8, help="samples per problem at T 1 (0: skip)")
+    ap.add_argument("--pass-k-problems", type=int, default=200, help="the first N held-out problems are sampled")
+    ap.add_argument("--seed", type=int, default=0, help="seeds the samples")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    cli = ap.parse_args()
+    try:
+        tasks.check_level(cli.level)
+        main(cli)
+    except (ValueError, CheckpointError) as e:
+        ap.exit(2, f"evaluation.py: error: {e}\n")

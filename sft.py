@@ -128,7 +128,8 @@ def main(args):
            f"(think format {acc['format']:.1%}) on {len(evalset)} {args.eval_level} problems"
     if args.pass_k and rank == 0:  # one process samples the pass@k problems; the others are done
         pk = pass_at_k(model, enc, evalset[:args.pass_k_problems], k=args.pass_k, seed=args.seed)
-        line += f" | pass@{args.pass_k} (T=1) {pk:.1%} on {min(len(evalset), args.pass_k_problems)}"
+        line += (f" | pass@{args.pass_k} (T=1) {pk['pass']:.1%} on {min(len(evalset), args.pass_k_problems)}, "
+                 f"{pk['reasoned']:.1%} of the answers reason")
     log(line)
     meta = {"tokenizer": spec, "task": {"sft_level": args.level, "eval_level": args.eval_level,
                                         "template": tasks.PROMPT_TEMPLATE},

@@ -1,4 +1,8 @@
-"""evaluation.evaluate: greedy and deterministic, counting right, on a held-out set training never sees."""
+"""evaluation.evaluate: greedy and deterministic, counting right, on a held-out set training never sees; pass@k."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -6,7 +10,10 @@ import evaluation
 import tasks
 import train
 from decoding import Sampled
-from tokenizer import encode_completion, encode_text
+from model import load_checkpoint
+from tokenizer import build_tokenizer, encode_completion, encode_text
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def greedy_by_hand(model, enc, prompt, max_new_tokens):
@@ -65,6 +72,44 @@ def test_evaluate_counts_the_correct_answers_on_a_hand_built_case(warm_policy, m
     monkeypatch.setattr(evaluation, "generate", generate)
     out = evaluation.evaluate(model, enc, [c[0] for c in cases], batch_size=2)  # three chunks
     assert out == {"accuracy": pytest.approx(2 / 5), "format": pytest.approx(2 / 5)}
+
+
+def test_pass_at_k_and_the_reasoned_share_on_a_hand_built_case(warm_policy, monkeypatch):
+    model, enc = warm_policy()
+    problems = [tasks.Problem("2+2", 4, ("2+2=4",)), tasks.Problem("3*3", 9, ("3*3=9",))]
+    samples = {"2+2": ["<think>2+2=4</think>\\boxed{4}", "\\boxed{5}"],  # one right (reasoned) of two
+               "3*3": ["<think>3*3=6</think>\\boxed{6}", "\\boxed{8}"]}  # none right, one reasoned
+    by_prompt = {tuple(encode_text(enc, p.prompt)): samples[p.expr] for p in problems}
+
+    def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, generator=None, **kw):
+        assert temperature == 1.0 and generator is not None and not kw.get("greedy")  # sampled, seeded
+        P, seen = max(map(len, prompts)), {}
+        rows = []
+        for p in prompts:  # the k copies of a prompt are adjacent: each gets the next sample
+            i = seen[tuple(p)] = seen.get(tuple(p), -1) + 1
+            rows.append([eos_id] * (P - len(p)) + p + encode_completion(enc, by_prompt[tuple(p)][i]) + [eos_id])
+        L = max(map(len, rows))
+        tokens = torch.tensor([r + [eos_id] * (L - len(r)) for r in rows])
+        mask = torch.tensor([[P - len(p) <= j < len(r) for j in range(L)] for p, r in zip(prompts, rows)])
+        return Sampled(tokens, mask, None, None, None)
+    monkeypatch.setattr(evaluation, "generate", generate)
+    assert evaluation.pass_at_k(model, enc, problems, k=2) == {"pass": 0.5, "reasoned": 0.5}
+
+
+def test_the_command_prints_greedy_accuracy_pass_at_k_and_the_reasoned_share(tiny_warm):
+    args = ["--level", "easy", "--eval-size", "12", "--pass-k", "3", "--pass-k-problems", "5"]
+    out = subprocess.run([sys.executable, "evaluation.py", tiny_warm[0], *args], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    model, ckpt = load_checkpoint(tiny_warm[0])
+    enc = build_tokenizer(ckpt["tokenizer"])
+    problems = tasks.eval_set("easy", 12)
+    ev, pk = evaluation.evaluate(model, enc, problems), evaluation.pass_at_k(model, enc, problems[:5], 3)
+    assert out.stdout == (f"greedy accuracy {ev['accuracy']:.1%} (think format {ev['format']:.1%}) on 12 easy problems | "
+                          f"at T 1 on the first 5: pass@3 {pk['pass']:.1%}, {pk['reasoned']:.1%} of the 15 answers reason\n")
+    bad = subprocess.run([sys.executable, "evaluation.py", "missing.pt"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and bad.stderr == "evaluation.py: error: checkpoint not found: missing.pt\n"
 
 
 @pytest.mark.parametrize("level", list(tasks.LEVELS))
