@@ -119,8 +119,8 @@ def _reduce(x, op):
     arrives first would otherwise leave its core idle, and on a virtual machine (a cloud
     VM, this project's 2-core CI machine) the host may then give that core to another
     guest, so waking up costs up to milliseconds at every collective. sched_yield lets
-    any other thread of this core (gloo's own) run meanwhile. The README ("Many
-    processes") has the speed with and without it.
+    any other thread of this core (gloo's own) run meanwhile. docs/performance.md ("Many
+    processes (torchrun + DDP)") has the speed with and without it.
     """
     if not active():
         return x

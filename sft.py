@@ -14,13 +14,13 @@ by imitation, deliberately leaving room for RL:
 - the warm-start chains are mostly short (`--level mixed`: 1-4 operations, 70% of them
   1-2) while RL trains and evaluates on longer ones (`medium`: 2-3 operations).
 
-    python sft.py                      # ~2 min on 2 CPU cores -> checkpoints/warmstart.pt
+    python sft.py                      # about 3 minutes on one CPU thread -> checkpoints/warmstart.pt
     python sft.py --steps 50 --out /tmp/tiny.pt
     torchrun --nproc-per-node 2 sft.py           # 2 processes (gloo, CPU), batch split over them
 
 Prints a progress line (step, loss, tokens/s, ETA) and, at the end, greedy accuracy and
 pass@8 on the RL eval set. Departure from the book: the chapter starts from a pretrained
-Qwen3-0.6B; we build our own starting point in a couple of minutes.
+Qwen3-0.6B; we build our own starting point in a few minutes.
 
 Under torchrun (distributed.py) each of N ranks draws batch_size / N examples from its
 own stream (rank 0's is the one-process stream), the loss is the token mean over the
@@ -163,7 +163,7 @@ def get_parser():
     ap.add_argument("--pass-k-problems", type=int, default=200, help="eval problems used for pass@k")
     ap.add_argument("--out", default=DEFAULT_CKPT, help="checkpoint path")
     ap.add_argument("--seed", type=int, default=0, help="random seed")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see README, Speed)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see docs/performance.md, Sampling and training speed)")
     ap.add_argument("--log-every", type=int, default=50, help="print every N steps")
     return ap
 

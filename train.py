@@ -1,6 +1,6 @@
 """Train a reasoning policy with GRPO: the command line of laptop-grpo.
 
-    python train.py                              # GRPO from the shipped warm start, about a minute on a laptop CPU
+    python train.py                              # GRPO from the shipped warm start, about a minute on one CPU thread
     python train.py --clip 0.2 --kl 0.0 --run-name mine
     python train.py --recipe book --print-config # the resolved flags of a recipe, without training
     python train.py --resume runs/mine           # continue after an interruption (or for longer: --steps N)
@@ -54,7 +54,7 @@ def get_parser():
     g.add_argument("--init", default=sft.DEFAULT_CKPT, help="warm-start checkpoint (built by sft.py if it is the default and missing)")
     g.add_argument("--seed", type=int, default=0, help="seeds problems, sampling and init")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
-    g.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see README, Speed)")
+    g.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see docs/performance.md, Sampling and training speed)")
     g.add_argument("--recipe", default=None, choices=list(grpo.RECIPES),
                    help="a named set of GRPO flags (grpo.RECIPES); flags given explicitly still win")
     g.add_argument("--print-config", action="store_true", help="print the resolved GRPO flags and exit")

@@ -3,7 +3,7 @@
     python bench/bench_ddp.py                    # both tables: 3 default runs (~3-5 min on 2 cores), then FLOPs
     python bench/bench_ddp.py --steps 30         # shorter runs (no plateau then)
     python bench/bench_ddp.py --skip-runs        # only the FLOP table
-    python bench/bench_ddp.py --repeats 5 --configs 1x1,2x1,2x1sleep,1x2   # the README's table (~25 min)
+    python bench/bench_ddp.py --repeats 5 --configs 1x1,2x1,2x1sleep,1x2   # docs/performance.md's table (~25 min)
 
 Table 1 runs the default recipe (`python train.py`, 16 prompts x 8 samples per step, the
 same global batch in every row) several ways, back to back: 1 process x 1 thread, 1 process
