@@ -144,19 +144,25 @@ def test_nan_guard_stops_with_the_step_and_keeps_the_checkpoint(warm, tmp_path, 
     assert [r["step"] for r in read_metrics(str(tmp_path / "r"))] == [0, 1, 2]
 
 
-def test_nan_guard_stops_a_finite_loss_with_a_non_finite_gradient(warm, tmp_path, monkeypatch):
-    """At step 3 the loss is finite but its gradient NaN: the step stops before the
-    optimizer, naming the step, and the run's checkpoint and metrics stop at step 2."""
+def nan_gradient_in_pass(monkeypatch, n):
+    """The n-th pass of pi_theta with gradient (one per update) gets a NaN gradient, its loss stays finite."""
     real, calls = grpo.batch_logprobs, []
 
     def poisoned(*a, **k):
         logp, ent = real(*a, **k)
-        if torch.is_grad_enabled():  # pi_theta: one pass a step at mu 1, K 1
+        if torch.is_grad_enabled():
             calls.append(1)
-            if len(calls) == 3:
+            if len(calls) == n:
                 logp.register_hook(lambda g: g * float("nan"))
         return logp, ent
     monkeypatch.setattr(grpo, "batch_logprobs", poisoned)
+    return calls
+
+
+def test_nan_guard_stops_a_finite_loss_with_a_non_finite_gradient(warm, tmp_path, monkeypatch):
+    """At step 3 the loss is finite but its gradient NaN: the step stops before the
+    optimizer, naming the step, and the run's checkpoint and metrics stop at step 2."""
+    nan_gradient_in_pass(monkeypatch, 3)  # one update a step at mu 1, K 1
     with pytest.raises(SystemExit, match=r"step 3: non-finite loss \(-?\d.*\) or gradient norm \(nan\)"):
         train.main(args_for(warm, tmp_path, "--steps", "5", "--save-every", "2", "--mu", "1", "--minibatches", "1"))
     assert torch.load(tmp_path / "r" / "ckpt_latest.pt", weights_only=True)["step"] == 2
@@ -166,16 +172,7 @@ def test_nan_guard_stops_a_finite_loss_with_a_non_finite_gradient(warm, tmp_path
 def test_nan_guard_says_how_far_the_step_got_and_which_step_the_checkpoint_holds(warm, tmp_path, monkeypatch):
     """At the second of step 4's two updates the gradient turns NaN: the first update of the
     step was applied, and ckpt_latest.pt (every 2 steps) holds step 2, not step 3."""
-    real, calls = grpo.batch_logprobs, []
-
-    def poisoned(*a, **k):
-        logp, ent = real(*a, **k)
-        if torch.is_grad_enabled():  # pi_theta: two passes a step at mu 2, K 1
-            calls.append(1)
-            if len(calls) == 8:
-                logp.register_hook(lambda g: g * float("nan"))
-        return logp, ent
-    monkeypatch.setattr(grpo, "batch_logprobs", poisoned)
+    calls = nan_gradient_in_pass(monkeypatch, 8)  # two updates a step at mu 2, K 1
     with pytest.raises(SystemExit) as e:
         train.main(args_for(warm, tmp_path, "--steps", "5", "--save-every", "2", "--mu", "2", "--minibatches", "1"))
     latest = os.path.join(str(tmp_path / "r"), "ckpt_latest.pt")
