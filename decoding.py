@@ -17,6 +17,10 @@ and `cfg.max_seq_len`.
   `torch.Generator` (or greedily), stops each row at `<|endoftext|>` on its own, and
   records the log-prob of each sampled token and the entropy of the distribution it was
   drawn from (`Sampled`): the sampler's side of the sampler-learner gap.
+
+Where this departs from the book (reasoning_from_scratch's generation loop): the book
+samples one prompt at a time with one position counter; here the G answers of many
+prompts are one ragged, left-padded batch, each row with its own positions and its own stop.
 """
 from typing import NamedTuple
 

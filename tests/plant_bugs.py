@@ -47,7 +47,7 @@ BUGS = [
   "tests/test_improvements.py -k gdpo"),
  ("book format: a close after any open", "rewards.py", "    return 1.0 if 0 <= start < close else 0.0", "    return 1.0 if start >= 0 and completion.find(CLOSE, start) >= 0 else 0.0",
   "tests/test_rewards.py -k book"),
- ("recipe overrides explicit flags", "train.py", "    return ap, ap.parse_args(argv)", "    args = ap.parse_args(argv)\n    if recipe:\n        vars(args).update(grpo.RECIPES[recipe])\n    return ap, args",
+ ("recipe overrides explicit flags", "train.py", "    args = ap.parse_args(argv)\n", "    args = ap.parse_args(argv)\n    if recipe:\n        vars(args).update(grpo.RECIPES[recipe])\n",
   "tests/test_improvements.py -k 'recipe or explicit'"),
  ("training tests do not train (lr 0)", "grpo.py", "    opt.step()\n", "    pass\n",
   "tests/test_train.py::test_training_steps_see_mixed_rewards_and_gradients"),
