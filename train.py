@@ -196,14 +196,14 @@ def load_book_model(args, device):
     return model.train(), enc
 
 
-def task_sets(args):
+def task_sets(args, log=print):
     """(training problems or None for the endless arithmetic stream, held-out problems)."""
     if args.task != "math":
         return None, tasks.eval_set(args.level, args.eval_size)
-    problems = tasks.load_math(args.data)
+    problems = tasks.load_math(args.data, log)
     if args.eval_data is None:
         return tasks.math_split(problems, "train"), tasks.math_split(problems, "eval")[:args.eval_size]
-    test = tasks.load_math(args.eval_data)[:args.eval_size]
+    test = tasks.load_math(args.eval_data, log)[:args.eval_size]
     held_out = {p.problem for p in test}
     train = [p for p in problems if p.problem not in held_out]  # never train on a test problem
     if not train:
@@ -304,7 +304,7 @@ def main(args):
     else:
         model, enc, init_ckpt = load_init(args)
         model.to(device)
-    pool, evalset = task_sets(args)  # before the run folder exists: a bad data file leaves nothing behind
+    pool, evalset = task_sets(args, log)  # before the run folder exists: a bad data file leaves nothing behind
     cfg = grpo_config(args)
     ref_model = None
     if cfg.kl > 0:  # a frozen copy of the warm start; none at all when beta = 0
