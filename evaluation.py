@@ -18,9 +18,11 @@ from tokenizer import decode_completions, encode_text
 
 
 @torch.no_grad()
-def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256):
+def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256, fallback="none"):
     """Greedy accuracy and share of completions in think format on a list of problems
-    (the whole list on every rank: each answers its share, the counts are summed)."""
+    (the whole list on every rank: each answers its share, the counts are summed).
+    fallback: what an answer without a box counts as (rewards.final_answer; "number" is
+    the book's MATH-500 evaluation)."""
     was_training = model.training
     model.eval()
     correct = fmt = 0
@@ -30,7 +32,7 @@ def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256):
         prompts = [encode_text(enc, p.prompt) for p in chunk]
         out = generate(model, prompts, max_new_tokens, enc.eot_token, greedy=True)
         for text, p in zip(decode_completions(enc, out.tokens, out.mask, max(map(len, prompts))), chunk):
-            correct += rewards.correctness_reward(text, p.answer)
+            correct += rewards.correctness_reward(text, p.answer, fallback)
             fmt += rewards.format_reward(text)
     model.train(was_training)
     correct, fmt = distributed.all_sum(torch.tensor([correct, fmt], dtype=torch.float64)).tolist()

@@ -34,6 +34,7 @@ import torch
 
 import distributed
 import grpo
+import rewards
 import sft
 import tasks
 from evaluation import evaluate
@@ -82,6 +83,10 @@ def get_parser():
                    help="--task math: the held-out file (e.g. MATH-500); without it, 1 in 8 problems of --data "
                         "are held out")
     g.add_argument("--eval-batch-size", type=int, default=256, help="rows per batch of the greedy evaluation")
+    g.add_argument("--eval-fallback", default="none", choices=rewards.FALLBACKS,
+                   help="an evaluated answer without \\boxed{}: none counts it wrong (the training reward's rule); "
+                        "number takes its last number, else the whole text (the book's MATH-500 evaluation, ch03 "
+                        "extract_final_candidate's number_then_full)")
     add_config_flags(ap, grpo.GRPOConfig)
     return ap
 
@@ -333,7 +338,7 @@ def main(args):
 
     def evaluate_and_save(step, record):
         with autocast(device):
-            ev = evaluate(model, enc, evalset, args.max_new_tokens, args.eval_batch_size)
+            ev = evaluate(model, enc, evalset, args.max_new_tokens, args.eval_batch_size, args.eval_fallback)
         record.update(eval_acc=ev["accuracy"], eval_format=ev["format"])
         log(f"eval step {step}: accuracy {ev['accuracy']:.1%} | think format {ev['format']:.1%} "
             f"| {time.time() - t_start:.0f}s since start", flush=True)

@@ -43,7 +43,8 @@ def test_evaluate_is_greedy_whatever_the_generator_state(warm_policy, monkeypatc
     assert model.training  # left as it was found
 
 
-def test_evaluate_counts_the_correct_answers_on_a_hand_built_case(warm_policy, monkeypatch):
+@pytest.mark.parametrize("fallback,accuracy", [("none", 2 / 5), ("number", 3 / 5)])
+def test_evaluate_counts_the_correct_answers_on_a_hand_built_case(warm_policy, monkeypatch, fallback, accuracy):
     model, enc = warm_policy()
     cases = [  # (problem, the completion the model "writes"); in chunks of 2, the right answers in the second
         (tasks.Problem("2+2", 4, ("2+2=4",)), "<think>2+2=4</think>\\boxed{5}"),  # well-formed, wrong
@@ -63,8 +64,9 @@ def test_evaluate_counts_the_correct_answers_on_a_hand_built_case(warm_policy, m
         mask = torch.tensor([[P - len(p) <= j < len(r) for j in range(L)] for p, r in zip(prompts, rows)])
         return Sampled(tokens, mask, None, None, None)
     monkeypatch.setattr(evaluation, "generate", generate)
-    out = evaluation.evaluate(model, enc, [c[0] for c in cases], batch_size=2)  # three chunks
-    assert out == {"accuracy": pytest.approx(2 / 5), "format": pytest.approx(2 / 5)}
+    # the book's fallback reads the unboxed "<think>3*3=9</think>" as 9: right
+    out = evaluation.evaluate(model, enc, [c[0] for c in cases], batch_size=2, fallback=fallback)  # three chunks
+    assert out == {"accuracy": pytest.approx(accuracy), "format": pytest.approx(2 / 5)}
 
 
 @pytest.mark.parametrize("level", list(tasks.LEVELS))
