@@ -83,6 +83,10 @@ def get_parser():
                    help="--task math: the held-out file (e.g. MATH-500); without it, 1 in 8 problems of --data "
                         "are held out")
     g.add_argument("--eval-batch-size", type=int, default=256, help="rows per batch of the greedy evaluation")
+    g.add_argument("--chat-template", action="store_true",
+                   help="wrap each prompt of --model in Qwen3's chat template with thinking on, as the book does for "
+                        "the reasoning Qwen3-0.6B (Qwen3Tokenizer(apply_chat_template=True, add_generation_prompt=True, "
+                        "add_thinking=True)); the stop tokens are the folder's eos_token_id either way")
     g.add_argument("--eval-fallback", default="none", choices=rewards.FALLBACKS,
                    help="an evaluated answer without \\boxed{}: none counts it wrong (the training reward's rule); "
                         "number takes its last number, else the whole text (the book's MATH-500 evaluation, ch03 "
@@ -157,6 +161,12 @@ def check_args(args):
         raise ValueError(f"--eval-batch-size must be >= 1, got {args.eval_batch_size}")
 
 
+def check_book_args(args):
+    """One-line errors for the flags of the book's model (--chat-template, ...)."""
+    if args.chat_template and not args.model:
+        raise ValueError("--chat-template is for --model (the small GPT has no chat template)")
+
+
 # ---------------------------------------------------------------- set-up
 
 def resolve_device(name):
@@ -195,7 +205,7 @@ def load_book_model(args, device):
              "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     model = load_pretrained(args.model, dtype, device)
     model.grad_checkpoint = args.grad_checkpoint
-    enc = load_pretrained_tokenizer(args.model)
+    enc = load_pretrained_tokenizer(args.model, chat=args.chat_template)
     if enc.n_vocab > model.cfg.vocab_size:
         raise CheckpointError(f"{args.model}: tokenizer has {enc.n_vocab} tokens but the model {model.cfg.vocab_size}")
     return model.train(), enc
@@ -294,6 +304,7 @@ def main(args):
     rank, n_ranks = distributed.rank(), distributed.world()
     log = print if rank == 0 else (lambda *a, **k: None)  # one copy of every line, not N
     check_args(args)
+    check_book_args(args)
     torch.set_num_threads(args.threads)
     if args.resume:
         args, run_dir, start_step, state = resume_state(args)

@@ -7,9 +7,14 @@ import os
 import pytest
 import torch
 
+import qwen3
 import rewards
+import tasks
 import train
+from grpo import GRPOConfig
 from model import CheckpointError, load_pretrained
+from rollouts import rollout
+from tokenizer import load_pretrained_tokenizer
 from test_qwen3 import write_folder
 from test_qwen_tokenizer import CORPUS, learn_ranks, qwen_tokenizer_json
 
@@ -63,6 +68,40 @@ def test_the_chapters_run_on_a_tiny_qwen3(book, tmp_path, capsys, monkeypatch):
                                                                                                      for p in PROBLEMS}
 
 
+def test_a_rollout_ends_each_turn_at_any_of_the_stop_tokens(book):
+    """With <|im_end|> and <|endoftext|> both stop tokens (the reasoning Qwen3's
+    generation_config.json), a completion ends at the first of either: its text stops
+    there, without the token, and it is not truncated."""
+    folder, data, _ = book
+    model, enc = qwen3.load_pretrained(folder), load_pretrained_tokenizer(folder)
+    problems, cfg = tasks.load_math(data)[:2], GRPOConfig(group_size=4, max_new_tokens=12)
+    free = rollout(model, enc, problems, cfg, torch.Generator().manual_seed(0))
+    P, rows = free.prompt_len, free.tokens[:, free.prompt_len:].tolist()
+    assert free.truncated.all()  # a random model never wrote <|endoftext|>
+    a, b = rows[0][3], rows[1][6]  # ids two completions do write: make them the stop tokens
+    assert max(a, b) < enc.n_vocab
+    enc.stop_tokens = (a, b)
+    out = rollout(model, enc, problems, cfg, torch.Generator().manual_seed(0))  # the same draws, cut at a stop
+    for i, row in enumerate(rows):
+        n = next((j for j, t in enumerate(row) if t in (a, b)), None)
+        assert out.texts[i] == enc.decode(row[:n]) and bool(out.truncated[i]) == (n is None)
+    assert (~out.truncated).sum() >= 2
+
+
+def test_chat_template_wraps_every_prompt_the_run_samples_and_evaluates(book, tmp_path, monkeypatch):
+    import evaluation
+    import rollouts
+    seen = []
+    for module in (rollouts, evaluation):
+        real = module.generate
+        monkeypatch.setattr(module, "generate", lambda m, prompts, *a, real=real, **k: seen.append(prompts) or
+                            real(m, prompts, *a, **k))
+    train.main(book_args(book, tmp_path, "--steps", "1", "--eval-every", "1", "--chat-template"))
+    enc = load_pretrained_tokenizer(book[0], chat=True)
+    wrapped = {tuple(enc.encode_chat(tasks.MathProblem(p["problem"], p["answer"]).prompt)) for p in PROBLEMS}
+    assert len(seen) == 3 and all(tuple(p) in wrapped for prompts in seen for p in prompts)  # eval, step, eval
+
+
 def test_bad_input_is_one_line_and_leaves_no_run(book, tmp_path):
     folder, data, test = book
     (tmp_path / "corrupt.jsonl").write_text('{"problem": "1+1?", "answer": "2"}\n{oops\n')
@@ -79,9 +118,12 @@ def test_bad_input_is_one_line_and_leaves_no_run(book, tmp_path):
         assert not os.path.exists(tmp_path / "r" / "metrics.jsonl")
     for argv, message in [(["--task", "math", "--data", data], "--task math needs"),
                           (["--data", data], "--data and --eval-data are for --task math"),
-                          (["--grad-checkpoint"], "--grad-checkpoint is for --model")]:
+                          (["--grad-checkpoint"], "--grad-checkpoint is for --model"),
+                          (["--chat-template"], "--chat-template is for --model")]:
         with pytest.raises(ValueError, match=message):
-            train.check_args(train.get_parser().parse_args(argv))
+            args = train.get_parser().parse_args(argv)
+            train.check_args(args)
+            train.check_book_args(args)
 
 
 def test_a_run_saved_before_these_flags_still_resumes(tiny_warm, tmp_path):

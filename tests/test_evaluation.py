@@ -55,8 +55,9 @@ def test_evaluate_counts_the_correct_answers_on_a_hand_built_case(warm_policy, m
     ]
     answers = {tuple(encode_text(enc, p.prompt)): text for p, text in cases}
 
-    def generate(model, prompts, max_new_tokens, eos_id, greedy=False, **kw):
-        assert greedy  # evaluation decodes greedily
+    def generate(model, prompts, max_new_tokens, stop, greedy=False, **kw):
+        assert greedy and stop == (enc.eot_token,)  # evaluation decodes greedily, to <|endoftext|>
+        eos_id = stop[0]
         P = max(map(len, prompts))
         rows = [[eos_id] * (P - len(p)) + p + encode_completion(enc, answers[tuple(p)]) + [eos_id] for p in prompts]
         L = max(map(len, rows))

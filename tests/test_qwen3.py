@@ -53,6 +53,24 @@ def test_kv_cache_generation_equals_full_forwards(kw):
     assert len({tuple(r) for r in a[:, -16:].tolist()}) > 1  # rows differ: the check compares something
 
 
+def test_generation_stops_each_row_at_the_first_of_several_stop_ids():
+    """The reasoning Qwen3 ends a turn with <|im_end|> or <|endoftext|>: eos_id may list several."""
+    m, ps = tiny(), prompts(1)
+    P = max(map(len, ps))
+    free = generate(m, ps, 16, EOS, greedy=True)
+    assert free.mask[:, P:].all()  # no row met EOS: each runs to the cap
+    a, b = free.tokens[0, P + 2].item(), free.tokens[1, P + 5].item()  # two ids the rows do emit
+    out = generate(m, ps, 16, (a, b), greedy=True)
+    ended = 0
+    for i in range(len(ps)):
+        row = free.tokens[i, P:].tolist()
+        n = next((j + 1 for j, t in enumerate(row) if t in (a, b)), len(row))  # up to and with the first stop
+        ended += n < len(row)
+        assert out.tokens[i, P:P + n].tolist() == row[:n] and out.mask[i, P:P + n].all()
+        assert not out.mask[i, P + n:].any() and (out.tokens[i, P + n:] == a).all()  # then padding (the first id)
+    assert ended >= 2
+
+
 def test_left_padded_rows_equal_unpadded(monkeypatch):
     m = tiny(1, tie_word_embeddings=False)  # an untied head: the other LM-head path
     p = prompts(2, 1)[0]
