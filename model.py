@@ -19,7 +19,7 @@ so a left-padded prompt is seen exactly as the same prompt without padding.
 
 The book's own model, Qwen3, lives in qwen3.py with the same interface (forward, new_cache,
 lm_head_weight, cfg.vocab_size, cfg.max_seq_len), so `generate` samples either;
-`load_pretrained(path)` here builds it from a Hugging Face folder.
+`qwen3.load_pretrained(path)` builds it from a Hugging Face folder.
 
     python bench/bench_sampling.py     # sampling and training speed
 """
@@ -283,9 +283,3 @@ def load_checkpoint(path, map_location="cpu"):
 
 class CheckpointError(Exception):
     pass
-
-
-def load_pretrained(path, dtype=None, device="cpu"):
-    """The book's Qwen3 from a Hugging Face model folder: see qwen3.load_pretrained."""
-    import qwen3  # qwen3.py builds on this file (KVCache, attention_mask), so it is imported on use
-    return qwen3.load_pretrained(path, dtype, device)

@@ -38,8 +38,8 @@ import rewards
 import sft
 import tasks
 from evaluation import evaluate
-from model import CheckpointError, load_checkpoint, load_pretrained, save_checkpoint
-from qwen3 import save_pretrained
+from model import CheckpointError, load_checkpoint, save_checkpoint
+from qwen3 import load_pretrained, save_pretrained
 from tokenizer import build_tokenizer, load_pretrained_tokenizer
 
 

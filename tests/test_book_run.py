@@ -12,7 +12,8 @@ import rewards
 import tasks
 import train
 from grpo import GRPOConfig
-from model import CheckpointError, load_pretrained
+from model import CheckpointError
+from qwen3 import load_pretrained
 from rollouts import rollout
 from tokenizer import load_pretrained_tokenizer
 from test_qwen3 import write_folder
