@@ -7,6 +7,8 @@
     torchrun --nproc-per-node 2 train.py         # 2 processes (ranks), one CPU core or GPU each
     python train.py --recipe book_qwen3 --model qwen3-0.6b-base --task math \
         --data math_train.json --eval-data math500_test.json      # the book's model on a GPU (docs/book_model.md)
+    python train.py --model qwen3-0.6b-base --init qwen3-0.6B-rlvr-grpo-step00050.pth --task math \
+        --data math_train.json --eval-data math500_test.json --eval-fallback number --steps 0   # evaluate a book checkpoint
 
 Each step samples G answers for each of --prompts-per-step problems, scores them and
 updates the policy (grpo.grpo_step). Every --eval-every steps (and at step 0) the policy
@@ -14,7 +16,8 @@ answers the fixed held-out set greedily. Everything lands in runs/<name>/:
     config.json      every resolved flag, package versions, device
     metrics.jsonl    one JSON object per step (eval_acc on eval steps)
     samples.jsonl    a few prompts with completions and rewards every --samples-every steps
-    ckpt_latest.pt   model + optimizer, for --resume; ckpt_step<N>.pt at each eval
+    ckpt_latest.pt   model + optimizer, for --resume; ckpt_step<N>.pt at each eval (with --model:
+                     model_step<N>/, a Hugging Face folder; --keep-checkpoints N keeps the latest N)
 Crash safety: checkpoints are written to a temp file and renamed, one flushed line per
 step, and a resume drops metrics lines after the checkpoint's step, so a `kill -9` at any
 moment leaves no gap or duplicate. Step s's problems and sampling noise are seeded by
@@ -27,6 +30,8 @@ import copy
 import json
 import os
 import platform
+import re
+import shutil
 import time
 from dataclasses import asdict, fields
 
@@ -51,7 +56,10 @@ def get_parser():
     g.add_argument("--runs-dir", default="runs", help="where run folders live")
     g.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue runs/<name> from its latest checkpoint, with its saved flags (only --steps, --threads, --device apply)")
-    g.add_argument("--init", default=sft.DEFAULT_CKPT, help="warm-start checkpoint (built by sft.py if it is the default and missing)")
+    g.add_argument("--init", default=sft.DEFAULT_CKPT,
+                   help="warm-start checkpoint (built by sft.py if it is the default and missing); with --model, a "
+                        "reasoning_from_scratch Qwen3 state_dict (.pth: the book's GRPO checkpoints) whose weights "
+                        "replace the folder's")
     g.add_argument("--seed", type=int, default=0, help="seeds problems, sampling and init")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
     g.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see README, Speed)")
@@ -66,6 +74,9 @@ def get_parser():
     g.add_argument("--eval-every", type=int, default=10, help="evaluate (greedy) every N steps")
     g.add_argument("--samples-every", type=int, default=10, help="log a few completions every N steps")
     g.add_argument("--save-every", type=int, default=5, help="write ckpt_latest.pt every N steps")
+    g.add_argument("--keep-checkpoints", type=int, default=0, metavar="N",
+                   help="keep only the N latest saves made at evaluations (model_step<N>/ folders of --model, about "
+                        "1.2 GB each, or ckpt_step<N>.pt), the last always; 0 keeps all")
     g = ap.add_argument_group("the book's model and task (docs/book_model.md)")
     g.add_argument("--model", default=None, metavar="FOLDER",
                    help="a Hugging Face Qwen3 folder (config.json, model.safetensors, tokenizer.json) to train "
@@ -155,16 +166,16 @@ def check_args(args):
         raise ValueError("--data and --eval-data are for --task math")
     if args.grad_checkpoint and not args.model:
         raise ValueError("--grad-checkpoint is for --model")
-    if args.model and args.init != sft.DEFAULT_CKPT:
-        raise ValueError("--init is the small GPT's warm start; --model replaces it: give one of them")
     if args.eval_batch_size < 1:
         raise ValueError(f"--eval-batch-size must be >= 1, got {args.eval_batch_size}")
 
 
 def check_book_args(args):
-    """One-line errors for the flags of the book's model (--chat-template, ...)."""
+    """One-line errors for the flags of the book's model and its checkpoints."""
     if args.chat_template and not args.model:
         raise ValueError("--chat-template is for --model (the small GPT has no chat template)")
+    if args.keep_checkpoints < 0:
+        raise ValueError(f"--keep-checkpoints must be >= 0 (0 keeps all), got {args.keep_checkpoints}")
 
 
 # ---------------------------------------------------------------- set-up
@@ -203,7 +214,8 @@ def load_book_model(args, device):
     """The book's Qwen3 and its tokenizer from a Hugging Face folder (--model), in --dtype."""
     dtype = {"auto": torch.bfloat16 if device.startswith("cuda") else torch.float32,
              "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    model = load_pretrained(args.model, dtype, device)
+    weights = None if args.init == sft.DEFAULT_CKPT else args.init  # the book's state_dict, or the folder's own
+    model = load_pretrained(args.model, dtype, device, weights)
     model.grad_checkpoint = args.grad_checkpoint
     enc = load_pretrained_tokenizer(args.model, chat=args.chat_template)
     if enc.n_vocab > model.cfg.vocab_size:
@@ -268,6 +280,17 @@ def truncate_metrics(path, last_step):
     with open(path + ".tmp", "w") as f:
         f.writelines(keep)
     os.replace(path + ".tmp", path)
+
+
+SAVED = re.compile(r"model_step(\d+)|ckpt_step(\d+)\.pt")  # what evaluate_and_save writes
+
+
+def prune_saves(run_dir, keep):
+    """Delete all but the `keep` latest evaluation saves of a run (by step); 0 deletes none."""
+    saved = sorted((int(m[1] or m[2]), name) for name in os.listdir(run_dir) if (m := SAVED.fullmatch(name)))
+    for _, name in saved[:-keep] if keep > 0 else ():
+        path = os.path.join(run_dir, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
 
 
 def append_jsonl(path, obj):
@@ -357,6 +380,8 @@ def main(args):
             save_pretrained(model, os.path.join(run_dir, f"model_step{step}"), tokenizer_from=args.model)
         elif rank == 0:
             save_checkpoint(os.path.join(run_dir, f"ckpt_step{step}.pt"), model, extra)
+        if rank == 0:
+            prune_saves(run_dir, args.keep_checkpoints)
 
     if start_step == 0:
         record = {"step": 0, "time": 0.0}

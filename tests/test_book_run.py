@@ -13,10 +13,10 @@ import tasks
 import train
 from grpo import GRPOConfig
 from model import CheckpointError
-from qwen3 import load_pretrained
+from qwen3 import load_pretrained, read_safetensors
 from rollouts import rollout
 from tokenizer import load_pretrained_tokenizer
-from test_qwen3 import write_folder
+from test_qwen3 import book_state_dict, write_folder
 from test_qwen_tokenizer import CORPUS, learn_ranks, qwen_tokenizer_json
 
 PROBLEMS = [{"problem": f"What is ${a} + {b}$?", "answer": str(a + b)} for a in range(6) for b in range(4)]
@@ -103,6 +103,23 @@ def test_chat_template_wraps_every_prompt_the_run_samples_and_evaluates(book, tm
     assert len(seen) == 3 and all(tuple(p) in wrapped for prompts in seen for p in prompts)  # eval, step, eval
 
 
+def test_init_loads_a_book_checkpoint_and_keep_checkpoints_bounds_the_saved_folders(book, tmp_path):
+    """--model FOLDER --init PATH.pth: the config and tokenizer from the folder, the weights
+    from the book's state_dict (a head of its own); --steps 0 evaluates them and saves them."""
+    W = read_safetensors(os.path.join(book[0], "model.safetensors"))
+    head = torch.randn_like(W["model.embed_tokens.weight"])
+    state = book_state_dict({**W, "lm_head.weight": head})
+    torch.save(state, tmp_path / "book.pth")
+    run_dir = train.main(book_args(book, tmp_path, "--steps", "0", "--init", str(tmp_path / "book.pth")))
+    saved = load_pretrained(os.path.join(run_dir, "model_step0"))
+    assert not saved.cfg.tie_word_embeddings and torch.equal(saved.lm_head.weight, head)
+    assert all(torch.equal(p, state[qwen3.book_name(n)]) for n, p in saved.named_parameters())
+    assert [json.loads(line)["step"] for line in open(os.path.join(run_dir, "metrics.jsonl"))] == [0]
+    run_dir = train.main(book_args(book, tmp_path, "--run-name", "kept", "--steps", "3", "--eval-every", "1",
+                                   "--keep-checkpoints", "2"))
+    assert sorted(n for n in os.listdir(run_dir) if n.startswith("model_step")) == ["model_step2", "model_step3"]
+
+
 def test_bad_input_is_one_line_and_leaves_no_run(book, tmp_path):
     folder, data, test = book
     (tmp_path / "corrupt.jsonl").write_text('{"problem": "1+1?", "answer": "2"}\n{oops\n')
@@ -111,7 +128,8 @@ def test_bad_input_is_one_line_and_leaves_no_run(book, tmp_path):
     cases = [(["--model", str(tmp_path / "nowhere")], CheckpointError, "not a folder"),
              (["--model", str(tmp_path / "llama")], CheckpointError, "implements Qwen3ForCausalLM only"),
              (["--data", str(tmp_path / "corrupt.jsonl")], ValueError, "line 2: not valid JSON"),
-             (["--eval-data", data, "--data", data], ValueError, "every problem is also in --eval-data")]
+             (["--eval-data", data, "--data", data], ValueError, "every problem is also in --eval-data"),
+             (["--init", data], CheckpointError, "cannot read .*train.jsonl")]
     for extra, error, message in cases:
         with pytest.raises(error, match=message) as e:
             train.main(book_args(book, tmp_path, "--steps", "1", *extra))
