@@ -23,11 +23,12 @@
 #             variables (defaults in brackets), and is skipped with one line if one is absent
 #             (nothing is downloaded; docs/book_model.md says where each comes from):
 #               BOOK_MODEL  the Hugging Face folder of the checkpoint's model [qwen3-0.6b-base]
-#               BOOK_CKPT   the book's state_dict [qwen3/qwen3-0.6B-rlvr-grpo-step00050.pth,
-#                           where the book's download puts 7_3_plus_tracking at step 50]
+#               BOOK_CKPT   the book's state_dict [qwen3/7_3_plus_tracking/checkpoints/
+#                           qwen3-0.6B-rlvr-grpo-step00050.pth, as docs/book_model.md downloads it]
 #               MATH_TRAIN  [math_full_minus_math500.json]   MATH500  [math500_test.json]
-#               BOOK_FLAGS  more train.py flags [--max-new-tokens 1024, the run's budget; for
-#                           7_6_plus_format_reward add --chat-template, with BOOK_MODEL=qwen3-0.6b]
+#               BOOK_FLAGS  the other train.py flags [--max-new-tokens 1024, the runs' budget];
+#                           for a 7_6_plus_format_reward checkpoint: BOOK_MODEL=qwen3-0.6b
+#                           BOOK_FLAGS="--max-new-tokens 1024 --chat-template"
 # Each part has a time limit; all six take at most about 25 minutes.
 # Without CUDA it prints one line and exits 0. Exit status: 1 if any part failed.
 set -u
@@ -95,7 +96,7 @@ else  # a launch that never reaches the first step (no NCCL, no torchrun) is a S
 fi
 
 BOOK_MODEL="${BOOK_MODEL:-qwen3-0.6b-base}"
-BOOK_CKPT="${BOOK_CKPT:-qwen3/qwen3-0.6B-rlvr-grpo-step00050.pth}"
+BOOK_CKPT="${BOOK_CKPT:-qwen3/7_3_plus_tracking/checkpoints/qwen3-0.6B-rlvr-grpo-step00050.pth}"
 MATH_TRAIN="${MATH_TRAIN:-math_full_minus_math500.json}"
 MATH500="${MATH500:-math500_test.json}"
 MISSING=""
