@@ -1,5 +1,6 @@
 """train.py --model FOLDER --task math --data FILE end to end, on a tiny random Qwen3 with
-a tokenizer in Qwen's layout and a few MATH-style problems, all written here; and the
+a tokenizer in Qwen's layout and a few MATH-style problems, all written here: the stop
+tokens, the chat template, a book checkpoint through --init, --keep-checkpoints; and the
 one-line refusals of bad input (a wrong folder, foreign weights, a corrupt data file)."""
 import json
 import os

@@ -1,8 +1,10 @@
 """Qwen3 (qwen3.py) on tiny random configs: the shared sampling and log-prob paths, and
-load_pretrained on folders written here against a forward written from the formulas.
+load_pretrained on folders written here against a forward written from the formulas, and
+on the book's own state_dicts against the same weights under Hugging Face's names.
 
-Nothing is downloaded: the folders hold random weights under Hugging Face's names, and
-the safetensors files are written byte by byte from the format's description.
+Nothing is downloaded: the folders hold random weights under Hugging Face's names, the
+safetensors files are written byte by byte from the format's description, and the book's
+state_dicts carry its Qwen3Model's names, typed here (BOOK_NAMES).
 """
 import argparse
 import json
