@@ -510,7 +510,7 @@ def load_book_weights(path, cfg, dtype=None, device="cpu"):
 def read_state_dict(path):
     """torch.load(path, weights_only=True) of a name -> tensor dict, or a one-line CheckpointError."""
     if not os.path.isfile(path):
-        raise CheckpointError(f"--init {path}: no such file (want a reasoning_from_scratch Qwen3 state_dict, .pth)")
+        raise CheckpointError(f"{path}: no such file (want a reasoning_from_scratch Qwen3 state_dict, .pth)")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as e:  # weights_only refused an object: loading it could run code
