@@ -14,7 +14,8 @@ and `cfg.max_seq_len`.
 - `generate` prefills prompts of different lengths (left-padded, the padding masked out
   of attention and positions), then decodes one token per step from the KV cache,
   sampling with temperature / top-k / top-p (`filter_logits`, `sample`) from a
-  `torch.Generator` (or greedily), stops each row at `<|endoftext|>` on its own, and
+  `torch.Generator` (or greedily), stops each row on its own at `<|endoftext|>` (or at any
+  of several stop ids), and
   records the log-prob of each sampled token and the entropy of the distribution it was
   drawn from (`Sampled`): the sampler's side of the sampler-learner gap.
 
@@ -87,12 +88,16 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
              generator=None, greedy=False, use_cache=True, keep_support=False):
     """Sample completions for a batch of prompts (lists of token ids) of any lengths -> Sampled.
 
+    eos_id: the id that ends a row, or a collection of them (the reasoning Qwen3 ends a
+    turn with <|im_end|> or <|endoftext|>); the first one pads finished rows.
     use_cache=False recomputes the whole sequence each step (the reference path).
     keep_support=True also keeps the support (DeepSeek-V3.2's kept sampling mask).
     """
     device = next(model.parameters()).device
     B, P = len(prompts), max(len(p) for p in prompts)
     L = P + max_new_tokens
+    stop_ids = torch.tensor([eos_id] if isinstance(eos_id, int) else list(eos_id), device=device)  # (S,)
+    eos_id = int(stop_ids[0])
     if L > model.cfg.max_seq_len:
         raise ValueError(f"prompt ({P}) + max_new_tokens ({max_new_tokens}) exceeds max_seq_len {model.cfg.max_seq_len}")
     tokens = torch.full((B, L), eos_id, dtype=torch.long, device=device)  # (B, L)
@@ -123,7 +128,7 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
             sampler_logp[:, t] = torch.where(done, 0.0, logp)
             sampler_entropy[:, t] = torch.where(done, 0.0, ent)
             mask[:, t] = ~done
-            done |= nxt == eos_id
+            done |= torch.isin(nxt, stop_ids)
             start, t = t, t + 1
     return Sampled(tokens[:, :t], mask[:, :t], sampler_logp[:, :t], sampler_entropy[:, :t],
                    support[:, :t] if keep_support else None)

@@ -22,23 +22,25 @@ import rewards
 import tasks
 from decoding import generate
 from model import CheckpointError, load_checkpoint
-from tokenizer import build_tokenizer, decode_completions, encode_text
+from tokenizer import build_tokenizer, decode_completions, encode_prompt, stop_tokens
 
 
 @torch.no_grad()
-def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256):
+def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256, fallback="none"):
     """Greedy accuracy and share of completions in think format on a list of problems
-    (the whole list on every rank: each answers its share, the counts are summed)."""
+    (the whole list on every rank: each answers its share, the counts are summed).
+    fallback: what an answer without a box counts as (rewards.final_answer; "number" is
+    the book's MATH-500 evaluation)."""
     was_training = model.training
     model.eval()
     correct = fmt = 0
     mine = problems[distributed.rank()::distributed.world()]  # all of them in one process
     for i in range(0, len(mine), batch_size):
         chunk = mine[i:i + batch_size]
-        prompts = [encode_text(enc, p.prompt) for p in chunk]
-        out = generate(model, prompts, max_new_tokens, enc.eot_token, greedy=True)
+        prompts = [encode_prompt(enc, p.prompt) for p in chunk]
+        out = generate(model, prompts, max_new_tokens, stop_tokens(enc), greedy=True)
         for text, p in zip(decode_completions(enc, out.tokens, out.mask, max(map(len, prompts))), chunk):
-            correct += rewards.correctness_reward(text, p.answer)
+            correct += rewards.correctness_reward(text, p.answer, fallback)
             fmt += rewards.format_reward(text)
     model.train(was_training)
     correct, fmt = distributed.all_sum(torch.tensor([correct, fmt], dtype=torch.float64)).tolist()
@@ -52,8 +54,8 @@ def pass_at_k(model, enc, problems, k=8, temperature=1.0, seed=0, max_new_tokens
     gen = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
     was_training = model.training
     model.eval()
-    prompts = [encode_text(enc, p.prompt) for p in problems for _ in range(k)]
-    out = generate(model, prompts, max_new_tokens, enc.eot_token, temperature, generator=gen)
+    prompts = [encode_prompt(enc, p.prompt) for p in problems for _ in range(k)]
+    out = generate(model, prompts, max_new_tokens, stop_tokens(enc), temperature, generator=gen)
     model.train(was_training)
     texts = decode_completions(enc, out.tokens, out.mask, max(map(len, prompts)))
     hits = [rewards.correctness_reward(t, p.answer) for t, p in zip(texts, (p for p in problems for _ in range(k)))]

@@ -120,8 +120,18 @@ RECIPES = {
                  mu=2, minibatches=1, resample_epochs=True, ratio_level="sequence", objective="book",
                  clip=10.0, kl=0.1, kl_estimator="k1", kl_level="sequence", loss_agg="seq_mean", lr=1e-4),
 }
-# ... and at the book's own scale, for its Qwen3-0.6B on MATH (docs/book_model.md): 7_5's lr, KL and budget
-RECIPES["book_qwen3"] = dict(RECIPES["book"], max_new_tokens=512, lr=1e-5, kl=0.001, eval_every=50, eval_size=500)
+# ... and at the book's own scale, for its Qwen3-0.6B on MATH (docs/book_model.md): 7_5's lr, KL and budget,
+# graded on MATH-500 as the book grades it (the last number when there is no box)
+RECIPES["book_qwen3"] = dict(RECIPES["book"], max_new_tokens=512, lr=1e-5, kl=0.001, eval_every=50, eval_size=500,
+                             eval_fallback="number")
+# the book's 7_6_plus_format_reward.py as the chapter runs it (--steps 500 --max_new_tokens 1024, the rest its
+# defaults): from the reasoning Qwen3-0.6B in its chat template, one inner epoch, no KL, and a format bonus of
+# weight 1 for <think> before </think>, ungated. Departures: README, "Recipes".
+RECIPES["book_qwen3_format"] = dict(
+    prompts_per_step=1, group_size=8, max_new_tokens=1024, temperature=0.8, top_p=0.9, learner_temperature=1.0,
+    mu=1, minibatches=1, resample_epochs=False, ratio_level="sequence", objective="book", clip=10.0, kl=0.0,
+    loss_agg="seq_mean", format_weight=1.0, format_check="book", gated=False, lr=1e-5,
+    chat_template=True, eval_every=50, eval_size=500, eval_fallback="number")
 
 
 # ---------------------------------------------------------------- 1. advantages

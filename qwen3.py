@@ -2,6 +2,7 @@
 
     from qwen3 import load_pretrained
     model = load_pretrained("qwen3-0.6b-base")    # a Hugging Face folder (docs/book_model.md)
+    model = load_pretrained("qwen3-0.6b-base", weights="qwen3-0.6B-rlvr-grpo-step00050.pth")  # a book checkpoint
     logits = model(idx)                            # (B, T, 151936)
 
 `Qwen3` has the GPT's interface, so `decoding.generate` and `grpo.token_logprobs` run it
@@ -23,17 +24,26 @@ One block (pre-norm):   x = x + Attention(RMSNorm(x));   x = x + MLP(RMSNorm(x))
 Loading (`load_pretrained`): config.json plus model.safetensors, or shards listed in
 model.safetensors.index.json, with Hugging Face's parameter names. Anything this code
 does not implement is refused in one line (another architecture, a missing or extra
-tensor, a shape that does not match the config). `read_safetensors` reads the format
-itself (an 8-byte header length, a JSON header, raw little-endian bytes): no pickle, so
-a downloaded file can hold tensors, never code. `save_pretrained` writes the same layout,
-so a trained policy loads back here and in Hugging Face's tools.
+tensor, a shape that does not match the config, a dtype such as FP8's F8_E4M3). The
+safetensors format is read here (`read_header`, `iter_safetensors`: an 8-byte header
+length, a JSON header, raw little-endian bytes): no pickle, so a downloaded file can hold
+tensors, never code; every header is checked before any weight is read, then the weights
+are read tensor by tensor into the allocated model, so a load needs about two tensors of
+memory beside the model, never a whole file. `save_pretrained` writes the same layout
+(with config.json's eos / bos_token_id), so a trained policy loads back here and in
+Hugging Face's tools.
+
+The book's own checkpoints (ch07/04_download_trainining_checkpoints: its GRPO runs saved
+at step 50, 100, ...) are state_dicts of its Qwen3Model: `load_pretrained(folder,
+weights=PATH.pth)` takes the config from the Hugging Face folder of the same model and
+maps the book's names onto ours one by one (`book_name`), keeping its LM head untied.
 
 Where this departs from the book (reasoning_from_scratch/qwen3.py):
 - The book's model keeps one position counter for the whole batch and samples one
   prompt at a time. Here positions are per row, so the G rollouts of many prompts are
   sampled as one ragged, left-padded batch.
 - Parameter names are Hugging Face's (under `model.` there), so a checkpoint loads by
-  name; the book renames them (W_query, fc1, ...).
+  name; the book renames them (W_query, fc1, ...): `book_name` maps them.
 - RMSNorm casts back to the input dtype before multiplying by its weight, in the order of
   Hugging Face's reference code (the book multiplies first, in fp32). The two differ
   only in bf16 rounding.
@@ -45,8 +55,10 @@ Where this departs from the book (reasoning_from_scratch/qwen3.py):
 import json
 import math
 import os
+import pickle
 import shutil
 from dataclasses import asdict, dataclass, fields
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -73,6 +85,10 @@ class Qwen3Config:
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = True
     max_position_embeddings: int = 32_768
+    # not part of the architecture: read from config.json when there, and written back by
+    # save_pretrained (tokenizer.read_stop_tokens reads eos_token_id; None: not given)
+    bos_token_id: int = None
+    eos_token_id: int | list = None
 
     @property
     def max_seq_len(self):  # the name decoding.generate reads
@@ -82,6 +98,7 @@ class Qwen3Config:
 # config.json entries that describe variants this code does not implement: each must be
 # absent or hold the value here (the one Qwen3's dense models use)
 PLAIN = {"hidden_act": "silu", "attention_bias": False, "rope_scaling": None, "use_sliding_window": False}
+TOKEN_IDS = ("bos_token_id", "eos_token_id")  # Qwen3Config's fields that config.json may lack
 
 
 class RMSNorm(nn.Module):
@@ -240,13 +257,21 @@ DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF1
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
-def read_safetensors(path):
-    """name -> tensor for one .safetensors file; CheckpointError (one line) if malformed.
+class Entry(NamedTuple):
+    """Where one tensor of a .safetensors file lies."""
+    dtype: torch.dtype
+    shape: tuple
+    offset: int  # from the start of the file
+    nbytes: int
+
+
+def read_header(path):
+    """The tensors a .safetensors file holds, without reading them: name -> Entry. One-line
+    CheckpointError if the file is malformed or holds a dtype this code does not read.
 
     Layout: n (8 bytes, little-endian unsigned) | n bytes of JSON, {name: {"dtype",
     "shape", "data_offsets": [begin, end]}, optional "__metadata__"} | the raw bytes of
     every tensor, row-major, little-endian, at [begin, end) counted from the header's end.
-    The tensors returned share one buffer read from the file.
     """
     size = os.path.getsize(path)
     with open(path, "rb") as f:
@@ -257,24 +282,42 @@ def read_safetensors(path):
             header = json.loads(f.read(n))
         except (UnicodeDecodeError, ValueError):
             raise CheckpointError(f"{path}: not a safetensors file (its header is not JSON)") from None
-        data = bytearray(size - 8 - n)  # writable, so torch.frombuffer can share it
-        f.readinto(data)
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: not a safetensors file (its header is not a JSON object)")
     header.pop("__metadata__", None)
-    tensors = {}
+    entries, data_len = {}, size - 8 - n
     for name, info in header.items():
         try:
-            dtype, shape, (begin, end) = DTYPES[info["dtype"]], [int(s) for s in info["shape"]], info["data_offsets"]
+            kind, shape, (begin, end) = info["dtype"], [int(s) for s in info["shape"]], info["data_offsets"]
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(f"{path}: tensor {name}: malformed header entry {str(info)[:100]}") from None
-        count = math.prod(shape)
-        if not (0 <= begin <= end <= len(data)) or end - begin != count * dtype.itemsize:
-            raise CheckpointError(f"{path}: tensor {name} ({info['dtype']} {shape}) does not fit bytes "
-                                  f"[{begin}, {end}) of {len(data)}: a truncated or corrupt file")
-        flat = torch.frombuffer(data, dtype=dtype, count=count, offset=begin) if count else torch.empty(0, dtype=dtype)
-        tensors[name] = flat.view(shape)
-    return tensors
+        if kind not in DTYPES:  # FP8 (F8_E4M3, F8_E5M2) comes with scales this code does not apply
+            raise CheckpointError(f"{path}: tensor {name} has dtype {kind}, which this code does not read "
+                                  f"(it reads {', '.join(DTYPES)})")
+        if not (0 <= begin <= end <= data_len) or end - begin != math.prod(shape) * DTYPES[kind].itemsize:
+            raise CheckpointError(f"{path}: tensor {name} ({kind} {shape}) does not fit bytes "
+                                  f"[{begin}, {end}) of {data_len}: a truncated or corrupt file")
+        entries[name] = Entry(DTYPES[kind], tuple(shape), 8 + n + begin, end - begin)
+    return entries
+
+
+def iter_safetensors(path, entries):
+    """(name, tensor) for each of entries (from read_header), each read from the file into a
+    buffer of its own when its turn comes: a model loads tensor by tensor, so the largest
+    tensor bounds the memory a load needs on top of the model, not the file."""
+    with open(path, "rb") as f:
+        for name, e in entries.items():
+            data = bytearray(e.nbytes)  # writable, so torch.frombuffer can share it
+            f.seek(e.offset)
+            if f.readinto(data) != e.nbytes:
+                raise CheckpointError(f"{path}: tensor {name} ends past the end of the file")
+            flat = torch.frombuffer(data, dtype=e.dtype) if e.nbytes else torch.empty(0, dtype=e.dtype)
+            yield name, flat.view(e.shape)
+
+
+def read_safetensors(path):
+    """name -> tensor for one .safetensors file (no pickle: a file holds tensors, never code)."""
+    return dict(iter_safetensors(path, read_header(path)))
 
 
 def write_safetensors(path, tensors, metadata=None):
@@ -323,44 +366,49 @@ def read_config(path):
     for key, value in PLAIN.items():
         if hf.get(key, value) != value:
             raise CheckpointError(f"{where}: {key} = {hf[key]!r} is not implemented here (only {value!r})")
-    missing = [f.name for f in fields(Qwen3Config) if hf.get(f.name) is None]
+    shape = [f for f in fields(Qwen3Config) if f.name not in TOKEN_IDS]
+    missing = [f.name for f in shape if hf.get(f.name) is None]
     if missing:
         raise CheckpointError(f"{where} lacks {', '.join(missing)}")
-    return Qwen3Config(**{f.name: type(f.default)(hf[f.name]) for f in fields(Qwen3Config)})
+    return Qwen3Config(**{f.name: type(f.default)(hf[f.name]) for f in shape}, **{k: hf.get(k) for k in TOKEN_IDS})
 
 
-def read_weights(path):
-    """Hugging Face name -> tensor from model.safetensors, or from the shards of its index."""
+def weight_files(path):
+    """-> {file: its read_header entries}: model.safetensors, or the shards its index lists,
+    each holding exactly the tensors the index places in it. Nothing but headers is read."""
     single, index = os.path.join(path, "model.safetensors"), os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(single):
-        return read_safetensors(single)
+        return {single: read_header(single)}
     if not os.path.exists(index):
         pickled = [n for n in sorted(os.listdir(path)) if n.endswith((".bin", ".pt", ".pth"))]
         if pickled:
             raise CheckpointError(f"{path} has only pickle weights ({pickled[0]}); this loader reads safetensors only, "
-                                  "never pickle (it can run code)")
+                                  "never pickle (it can run code); a reasoning_from_scratch state_dict loads with "
+                                  "weights=PATH.pth (train.py --init)")
         raise CheckpointError(f"{path} has neither model.safetensors nor model.safetensors.index.json")
     try:
         with open(index) as f:
             weight_map = json.load(f)["weight_map"]  # tensor name -> shard file
     except (UnicodeDecodeError, ValueError, KeyError, TypeError):
         raise CheckpointError(f"{index}: not a safetensors index (no weight_map)") from None
-    tensors = {}
+    files, held = {}, set()
     for shard in sorted(set(weight_map.values())):
         if os.path.basename(shard) != shard:
             raise CheckpointError(f"{index}: shard {shard!r} lies outside the folder")
-        for name, t in read_safetensors(os.path.join(path, shard)).items():
+        files[os.path.join(path, shard)] = entries = read_header(os.path.join(path, shard))
+        for name in entries:
             if weight_map.get(name) != shard:
                 raise CheckpointError(f"{path}/{shard} holds {name}, which the index places in {weight_map.get(name)}")
-            tensors[name] = t
-    missing = sorted(set(weight_map) - set(tensors))
+        held |= set(entries)
+    missing = sorted(set(weight_map) - held)
     if missing:
         raise CheckpointError(f"{index} lists {missing[0]} (and {len(missing) - 1} more) that no shard holds")
-    return tensors
+    return files
 
 
 def check_tensors(path, expected, found):
-    """One line for the first way the file's tensors differ from what the config implies."""
+    """One line for the first way the file's tensors (name -> shape) differ from what the
+    config implies (expected: name -> shape)."""
     missing, extra = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
     if missing:
         raise CheckpointError(f"{path}: missing tensor {missing[0]} (and {len(missing) - 1} more); "
@@ -369,46 +417,128 @@ def check_tensors(path, expected, found):
         raise CheckpointError(f"{path}: unexpected tensor {extra[0]} (and {len(extra) - 1} more); "
                               f"not a {ARCHITECTURE} this code implements")
     for name, shape in expected.items():
-        if tuple(found[name].shape) != tuple(shape):
-            raise CheckpointError(f"{path}: tensor {name} has shape {tuple(found[name].shape)}, "
+        if tuple(found[name]) != tuple(shape):
+            raise CheckpointError(f"{path}: tensor {name} has shape {tuple(found[name])}, "
                                   f"config.json implies {tuple(shape)}")
 
 
-def load_pretrained(path, dtype=None, device="cpu"):
-    """A Hugging Face Qwen3 folder -> Qwen3 in eval mode, its weights in `dtype` (default:
-    the file's, bf16 for Qwen3-0.6B) on `device`. One-line CheckpointError for anything
-    this code does not implement."""
-    cfg = read_config(path)
-    tensors = read_weights(path)
-    head = tensors.get("lm_head.weight")
-    if cfg.tie_word_embeddings and head is not None:  # some exports store the tied head too
-        if not torch.equal(head, tensors.get("model.embed_tokens.weight", head[:0])):
-            raise CheckpointError(f"{path}: lm_head.weight differs from the embedding, but config.json ties them")
-        del tensors["lm_head.weight"]
-    with torch.device("meta"):  # shapes only: no memory, no random init for 0.6B weights we overwrite
+def checked_model(cfg, name_of, found, where):
+    """Qwen3(cfg) on the meta device (shapes only: no memory, no random init for 0.6B
+    weights we overwrite), once the tensors found (name -> shape) are exactly its
+    parameters, each named name_of(our name)."""
+    with torch.device("meta"):
         model = Qwen3(cfg)
-    params = dict(model.named_parameters())
-    check_tensors(path, {hf_name(n): p.shape for n, p in params.items()}, tensors)
-    dtype = dtype or tensors["model.embed_tokens.weight"].dtype
-    model = model.to(dtype).to_empty(device=device)
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            p.copy_(tensors[hf_name(n)])
+    check_tensors(where, {name_of(n): p.shape for n, p in model.named_parameters()}, found)
+    return model
+
+
+@torch.no_grad()
+def fill(model, name_of, tensors):
+    """Copy each (name, tensor) into the parameter named name_of(our name) -> the model, in eval mode."""
+    params = {name_of(n): p for n, p in model.named_parameters()}
+    for name, t in tensors:
+        params[name].copy_(t)
     return model.eval()
+
+
+def load_pretrained(path, dtype=None, device="cpu", weights=None):
+    """A Hugging Face Qwen3 folder -> Qwen3 in eval mode, its weights in `dtype` (default:
+    the file's, bf16 for Qwen3-0.6B) on `device`; with weights=PATH.pth, the config from the
+    folder and the weights from a reasoning_from_scratch state_dict (`load_book_weights`).
+    One-line CheckpointError for anything this code does not implement.
+
+    The safetensors are read tensor by tensor, shard after shard, into the allocated model:
+    never the whole file (or all shards) in memory beside it."""
+    cfg = read_config(path)
+    if weights is not None:
+        return load_book_weights(weights, cfg, dtype, device)
+    files = weight_files(path)
+    found = {name: e for entries in files.values() for name, e in entries.items()}
+    head = found.pop("lm_head.weight", None) if cfg.tie_word_embeddings else None  # some exports store the tied head
+    model = checked_model(cfg, hf_name, {n: e.shape for n, e in found.items()}, path)
+    embedding = found["model.embed_tokens.weight"]
+    model = model.to(dtype or embedding.dtype).to_empty(device=device)
+    for file, entries in files.items():
+        fill(model, hf_name, iter_safetensors(file, {n: e for n, e in entries.items() if n in found}))
+    if head is not None:
+        [(_, w)] = iter_safetensors(next(f for f, es in files.items() if "lm_head.weight" in es), {"lm_head.weight": head})
+        if head.shape != embedding.shape or not torch.equal(w.to(model.embed_tokens.weight), model.embed_tokens.weight):
+            raise CheckpointError(f"{path}: lm_head.weight differs from the embedding, but config.json ties them")
+    return model
+
+
+# ---------------------------------------------------------------- the book's own checkpoints
+#
+# The book saves its GRPO runs (ch07/04_download_trainining_checkpoints: 7_3_plus_tracking,
+# 7_6_plus_format_reward, ... at step 00050 and later) as torch.save(model.state_dict()) of
+# reasoning_from_scratch.qwen3.Qwen3Model, whose parameters have names of its own.
+
+BOOK_TOP = {"embed_tokens.weight": "tok_emb.weight", "norm.weight": "final_norm.scale",
+            "lm_head.weight": "out_head.weight"}
+BOOK_LAYER = {"self_attn.q_proj.weight": "att.W_query.weight", "self_attn.k_proj.weight": "att.W_key.weight",
+              "self_attn.v_proj.weight": "att.W_value.weight", "self_attn.o_proj.weight": "att.out_proj.weight",
+              "self_attn.q_norm.weight": "att.q_norm.scale", "self_attn.k_norm.weight": "att.k_norm.scale",
+              "input_layernorm.weight": "norm1.scale", "post_attention_layernorm.weight": "norm2.scale",
+              "mlp.gate_proj.weight": "ff.fc1.weight", "mlp.up_proj.weight": "ff.fc2.weight",
+              "mlp.down_proj.weight": "ff.fc3.weight"}
+
+
+def book_name(name):
+    """Our parameter name -> the book's Qwen3Model's: layers.3.mlp.gate_proj.weight -> trf_blocks.3.ff.fc1.weight."""
+    if name.startswith("layers."):
+        _, i, rest = name.split(".", 2)
+        return f"trf_blocks.{i}.{BOOK_LAYER[rest]}"
+    return BOOK_TOP[name]
+
+
+def load_book_weights(path, cfg, dtype=None, device="cpu"):
+    """A reasoning_from_scratch Qwen3 state_dict (.pth) -> Qwen3 for cfg (the config.json of
+    the Hugging Face folder of the same model), mapped name by name (`book_name`). Read with
+    torch.load(weights_only=True), memory-mapped: tensors and plain values only, never code.
+    The book's model has an LM head of its own (`out_head`), trained apart from the
+    embedding, so the head stays untied here whatever config.json says. One-line
+    CheckpointError naming the tensor that is unknown, missing or misshapen."""
+    state = read_state_dict(path)
+    bad = next((k for k, v in state.items() if not torch.is_tensor(v)), None)
+    if bad is not None:
+        raise CheckpointError(f"{path}: {bad} is a {type(state[bad]).__name__}, not a tensor: not a model state_dict")
+    untied = Qwen3Config(**{**asdict(cfg), "tie_word_embeddings": False})
+    model = checked_model(untied, book_name, {k: v.shape for k, v in state.items()}, path)
+    model = model.to(dtype or state["tok_emb.weight"].dtype).to_empty(device=device)
+    return fill(model, book_name, state.items())
+
+
+def read_state_dict(path):
+    """torch.load(path, weights_only=True) of a name -> tensor dict, or a one-line CheckpointError."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: no such file (want a reasoning_from_scratch Qwen3 state_dict, .pth)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as e:  # weights_only refused an object: loading it could run code
+        raise CheckpointError(f"refusing {path}: it holds pickled objects, not only tensors "
+                              f"({str(e).splitlines()[0][:120]})") from None
+    except Exception as e:  # truncated, or not a torch file
+        raise CheckpointError(f"cannot read {path}: {type(e).__name__}: {str(e).splitlines()[0][:160]}") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state_dict (name -> tensor)")
+    return state
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "vocab.json", "merges.txt")
 
 
 def save_pretrained(model, path, tokenizer_from=None):
-    """Write config.json + model.safetensors (Hugging Face's names) into the folder `path`,
-    and copy the tokenizer files of the folder tokenizer_from, so that load_pretrained
-    (and Hugging Face's from_pretrained) read it back. Written next to it, then renamed."""
+    """Write config.json (with the eos_token_id and bos_token_id the model was loaded with)
+    + model.safetensors (Hugging Face's names) into the folder `path`, and copy the
+    tokenizer files of the folder tokenizer_from (generation_config.json among them), so
+    that load_pretrained (and Hugging Face's from_pretrained) read it back, stop tokens
+    included. Written next to it, then renamed."""
     tmp = path.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     dtype = model.lm_head_weight.dtype
-    config = {"architectures": [ARCHITECTURE], "model_type": "qwen3", **PLAIN, **asdict(model.cfg),
+    config = {"architectures": [ARCHITECTURE], "model_type": "qwen3", **PLAIN,
+              **{k: v for k, v in asdict(model.cfg).items() if v is not None},  # with eos / bos_token_id if known
               "torch_dtype": str(dtype).removeprefix("torch.")}
     with open(os.path.join(tmp, "config.json"), "w") as f:
         json.dump(config, f, indent=2)

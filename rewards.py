@@ -13,7 +13,10 @@ Where this departs from the book (rasbt/reasoning-from-scratch):
 1. Correctness is a strict integer parse of the last `\\boxed{}` (`correctness_reward`):
    the arithmetic task's answers are integers. The book's MATH task (an answer that is a
    string) is graded on the same last box by tasks.math_answer_equal, as the book's
-   `reward_rlvr` does: no box, no credit.
+   `reward_rlvr` does: no box, no credit. The box is found as the book's ch03
+   `get_last_boxed` finds it (`extract_boxed`). The book's MATH-500 evaluation instead
+   falls back to the last number when there is no box (`final_answer`, used by
+   evaluation.py under `train.py --eval-fallback number`); training never does.
 2. Our format check (`format_reward`) is explicit string checks, one visible line per
    edge case. The book's `ch07/03_rlvr_grpo_scripts_advanced/7_6_plus_format_reward.py`
    pays the bonus whenever `<think>` comes before `</think>`, with nothing in between or
@@ -21,23 +24,33 @@ Where this departs from the book (rasbt/reasoning-from-scratch):
 3. The gated form (`--gated`, the chapter's conditional reward) pays the format bonus
    only for a correct answer, so wrong but well-formed answers earn nothing.
 """
+import re
 
 from tasks import THINK_CLOSE as CLOSE, THINK_OPEN as OPEN  # the one definition of the tags
 from tasks import math_answer_equal
 
 MAX_DIGITS = 4000  # significant digits; below CPython's default 4300-digit limit
-BOX = "\\boxed{"
+BOX = "\\boxed"
+# a number as the book's ch03 RE_NUMBER reads one: -3, 2.5, 1e-3, 3/4
+NUMBER = re.compile(r"-?\d+(?:/\d+|(?:\.\d+)?(?:[eE][+-]?\d+)?)")
+FALLBACKS = ("none", "number")  # train.py --eval-fallback
 
 
 def extract_boxed(text: str) -> str | None:
-    """Content of the LAST `\\boxed{` in text, read to its matching `}` (braces inside are
-    balanced: `\\boxed{a{b}c}` holds `a{b}c`), or None. If that last box is never closed
-    there is no answer, even if an earlier one was: the final answer is the one that counts."""
-    start = text.rfind(BOX)
-    if start < 0:
+    """Content of the LAST `\\boxed` in text, read from its `{` (whitespace before it is
+    fine: `\\boxed {5}`) to the matching `}` (braces inside are balanced: `\\boxed{a{b}c}`
+    holds `a{b}c`), or None. What the book's ch03 `get_last_boxed` accepts: if that last
+    `\\boxed` has no `{` or is never closed there is no answer, even if an earlier box was
+    complete: the final answer is the one that counts."""
+    i = text.rfind(BOX)
+    if i < 0:
         return None
-    start += len(BOX)
-    depth = 1  # we are just inside the box's own `{`
+    i += len(BOX)
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if i == len(text) or text[i] != "{":
+        return None
+    start, depth = i + 1, 1  # we are just inside the box's own `{`
     for i in range(start, len(text)):
         c = text[i]
         if c == "{":
@@ -47,6 +60,18 @@ def extract_boxed(text: str) -> str | None:
             if depth == 0:
                 return text[start:i]
     return None  # ran off the end: the last box is unclosed
+
+
+def final_answer(text: str, fallback: str = "none") -> str | None:
+    """The answer a completion states: its last box. Without one (or with an empty one),
+    fallback "number" is the book's MATH-500 evaluation (ch03 `extract_final_candidate`,
+    its default `number_then_full`): the last number in the text, else the whole text;
+    "none" is the book's training reward (`fallback=None`): no box, no answer."""
+    boxed = extract_boxed(text)
+    if boxed or fallback == "none":
+        return boxed
+    numbers = NUMBER.findall(text)
+    return numbers[-1] if numbers else text
 
 
 def parse_int(s: str) -> int | None:
@@ -75,11 +100,11 @@ def parse_int(s: str) -> int | None:
         return None
 
 
-def correctness_reward(completion: str, answer: int | str) -> float:
-    boxed = extract_boxed(completion)
+def correctness_reward(completion: str, answer: int | str, fallback: str = "none") -> float:
+    given = final_answer(completion, fallback)
     if isinstance(answer, str):  # MATH: any of its answer forms
-        return float(boxed is not None and math_answer_equal(boxed, answer))
-    value = None if boxed is None else parse_int(boxed)
+        return float(given is not None and math_answer_equal(given, answer))
+    value = None if given is None else parse_int(given)
     return 1.0 if value is not None and value == answer else 0.0
 
 

@@ -14,7 +14,7 @@ import torch
 
 import rewards
 from decoding import generate
-from tokenizer import decode_completions, encode_text
+from tokenizer import decode_completions, encode_prompt, stop_tokens
 
 
 @dataclass
@@ -26,7 +26,7 @@ class Rollouts:
     sampler_logp: torch.Tensor  # (B, T) log-prob of each target under the distribution that drew it
     sampler_entropy: torch.Tensor  # (B, T) entropy of that distribution (after temperature, top-k, top-p)
     support: torch.Tensor       # (B, T, V) bool, what top-k / top-p left to draw from; None unless kept
-    truncated: torch.Tensor     # (B,) the completion never emitted <|endoftext|>
+    truncated: torch.Tensor     # (B,) the completion never emitted a stop token (<|endoftext|>)
     rewards: dict               # name -> (B,): what rewards.score returns; "total" drives the advantages
     texts: list                 # (B,) completion strings
     problems: list              # (B,) tasks.Problem of each row
@@ -36,10 +36,11 @@ class Rollouts:
 def rollout(model, enc, problems, cfg, generator):
     """Sample G completions for each problem and score them -> Rollouts."""
     repeated = [p for p in problems for _ in range(cfg.group_size)]  # each prompt G times, adjacent
-    prompts = [encode_text(enc, p.prompt) for p in repeated]
+    prompts = [encode_prompt(enc, p.prompt) for p in repeated]
+    stop = stop_tokens(enc)  # <|endoftext|>; for the reasoning Qwen3 <|im_end|> too
     model.eval()
     tokens, mask, sampler_logp, sampler_entropy, support = generate(
-        model, prompts, cfg.max_new_tokens, enc.eot_token, cfg.temperature, cfg.top_k, cfg.top_p, generator,
+        model, prompts, cfg.max_new_tokens, stop, cfg.temperature, cfg.top_k, cfg.top_p, generator,
         keep_support=cfg.keep_sampling_mask)
     model.train()
     P = max(map(len, prompts))
@@ -52,7 +53,7 @@ def rollout(model, enc, problems, cfg, generator):
               for t, p, n in zip(texts, repeated, loss_mask.sum(1).tolist())]
     return Rollouts(tokens, mask, loss_mask, sampler_logp[:, 1:], sampler_entropy[:, 1:],
                     None if support is None else support[:, 1:],
-                    truncated=~(completion == enc.eot_token).any(1),
+                    truncated=~torch.isin(completion, torch.tensor(stop, device=completion.device)).any(1),
                     rewards={k: torch.tensor([s[k] for s in scores]) for k in scores[0]},  # each (B,)
                     texts=texts, problems=repeated, prompt_len=P)
 

@@ -165,10 +165,15 @@ class MathProblem:
         return MATH_PROMPT.format(problem=self.problem)
 
 
-def load_math(path):
+def load_math(path, log=print):
     """MathProblems from a JSON list or a JSONL file of records with "problem" and
     "answer" (MATH-500's test.jsonl, the book's math500_test.json and its training file
-    math_full_minus_math500.json). ValueError with one line for a file it cannot use."""
+    math_full_minus_math500.json). A record whose answer is empty or missing is skipped,
+    with one line (via log) counting them: the book builds its training file with
+    ch03's extract_final_candidate(solution, fallback=None), which gives "" for a
+    solution without \\boxed{}, and its scripts load such a problem, which can only earn 0.
+    ValueError with one line for a file it cannot use (no problem has an answer, a record
+    without a problem, not JSON)."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -187,13 +192,19 @@ def load_math(path):
     except json.JSONDecodeError as e:
         where = f" line {n}" if not text.lstrip().startswith("[") else ""
         raise ValueError(f"{path}{where}: not valid JSON ({e.msg}); want a JSON list or JSONL of problems") from None
+    if not records:
+        raise ValueError(f"{path}: no problems in it")
     problems = []
     for i, r in enumerate(records, 1):
-        if not isinstance(r, dict) or not isinstance(r.get("problem"), str) or r.get("answer") in (None, ""):
-            raise ValueError(f"{path}: record {i} has no problem and answer: {str(r)[:80]}")
-        problems.append(MathProblem(r["problem"], str(r["answer"])))
+        if not isinstance(r, dict) or not isinstance(r.get("problem"), str):
+            raise ValueError(f"{path}: record {i} has no problem: {str(r)[:80]}")
+        answer = "" if r.get("answer") is None else str(r["answer"])  # an answer of 0 is an answer
+        if answer.strip():  # the book's files hold "" where a solution had no \boxed{}
+            problems.append(MathProblem(r["problem"], answer))
     if not problems:
-        raise ValueError(f"{path}: no problems in it")
+        raise ValueError(f"{path}: none of its {len(records):,} problems has an answer")
+    if len(problems) < len(records):
+        log(f"{path}: skipped {len(records) - len(problems):,} of {len(records):,} problems without an answer")
     return problems
 
 

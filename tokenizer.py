@@ -21,6 +21,10 @@ same kind of tiktoken Encoding from a Hugging Face tokenizer.json (Qwen's byte-l
 its split pattern, its added tokens such as `<|im_start|>` and `<think>`), behind a thin
 wrapper that applies Qwen's NFC normaliser first. It gives Hugging Face's ids exactly;
 tests/test_qwen_tokenizer.py compares the two on digits, LaTeX, unicode and whitespace.
+Its stop tokens are the folder's eos_token_id (generation_config.json, else config.json),
+so the reasoning Qwen3-0.6B ends a turn at <|im_end|>; with chat=True (`train.py
+--chat-template`) `encode_prompt` wraps each prompt in Qwen3's chat template with thinking
+on, as the book's Qwen3Tokenizer does for that model (CHAT_TEMPLATE).
 """
 import argparse
 import collections
@@ -94,11 +98,25 @@ def encode_completion(enc, text):
     return enc.encode(text, allowed_special={THINK_OPEN, THINK_CLOSE}, disallowed_special=())
 
 
+def encode_prompt(enc, text):
+    """A task's prompt: untrusted text, inside Qwen3's chat template if the tokenizer was
+    loaded with chat=True (the reasoning model), as it is."""
+    if isinstance(enc, PretrainedTokenizer) and enc.chat:
+        return enc.encode_chat(text)
+    return encode_text(enc, text)
+
+
+def stop_tokens(enc):
+    """The ids that end a completion: the model folder's eos_token_id for a Hugging Face
+    tokenizer (PretrainedTokenizer.stop_tokens), <|endoftext|> for ours."""
+    return enc.stop_tokens if isinstance(enc, PretrainedTokenizer) else (enc.eot_token,)
+
+
 def decode_completions(enc, tokens, mask, prompt_len):
-    """Text of each row's completion (tokens after prompt_len where mask), <|endoftext|> dropped."""
-    rows = []
+    """Text of each row's completion (tokens after prompt_len where mask), stop tokens dropped."""
+    rows, stop = [], set(stop_tokens(enc))
     for toks, m in zip(tokens[:, prompt_len:].tolist(), mask[:, prompt_len:].tolist()):
-        rows.append(enc.decode([t for t, keep in zip(toks, m) if keep and t != enc.eot_token]))
+        rows.append(enc.decode([t for t, keep in zip(toks, m) if keep and t not in stop]))
     return rows
 
 
@@ -196,10 +214,11 @@ def _read_bpe(tok, where):
     return split["pattern"]["Regex"], ranks, merges, added
 
 
-def load_pretrained_tokenizer(path):
+def load_pretrained_tokenizer(path, chat=False):
     """A model folder's tokenizer.json (or the file itself) -> a PretrainedTokenizer, whose
-    encode / decode are tiktoken's and give Hugging Face's ids. ValueError, one line, for a
-    file this code does not implement."""
+    encode / decode are tiktoken's and give Hugging Face's ids, whose stop tokens are the
+    folder's eos_token_id (`read_stop_tokens`), and which wraps prompts in Qwen3's chat
+    template if chat. ValueError, one line, for a file this code does not implement."""
     where = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
     try:
         with open(where, encoding="utf-8") as f:
@@ -219,16 +238,52 @@ def load_pretrained_tokenizer(path):
         raise ValueError(f"{where} has no <|endoftext|> token")
     enc = tiktoken.Encoding(name=os.path.basename(os.path.abspath(path)), pat_str=pattern, mergeable_ranks=ranks,
                             special_tokens=added)
-    return PretrainedTokenizer(enc, tok.get("normalizer") is not None)
+    if chat and not set(CHAT_SPECIALS) <= set(added):
+        raise ValueError(f"{where} has no {' and '.join(CHAT_SPECIALS)} tokens: no chat template to wrap prompts in")
+    stop = read_stop_tokens(os.path.dirname(where), enc.n_vocab, added["<|endoftext|>"])
+    return PretrainedTokenizer(enc, tok.get("normalizer") is not None, stop, chat)
+
+
+def read_stop_tokens(folder, n_vocab, default):
+    """eos_token_id (an id or a list of ids) of the folder's generation_config.json, else
+    of its config.json, else (default,): the ids that end a completion, as Hugging Face's
+    generate reads them. Qwen3-0.6B (the reasoning model) lists [151645, 151643]:
+    <|im_end|> ends its turn, <|endoftext|> its text; Qwen3-0.6B-Base, 151643 only."""
+    for name in ("generation_config.json", "config.json"):
+        where = os.path.join(folder, name)
+        try:
+            with open(where, encoding="utf-8") as f:
+                ids = json.load(f).get("eos_token_id")
+        except FileNotFoundError:
+            continue
+        except (UnicodeDecodeError, ValueError, AttributeError) as e:
+            raise ValueError(f"{where}: not a JSON object ({type(e).__name__}: {e})") from None
+        if ids is None:
+            continue
+        listed = [ids] if type(ids) is int else ids
+        if not (isinstance(listed, list) and listed and all(type(i) is int and 0 <= i < n_vocab for i in listed)):
+            raise ValueError(f"{where}: eos_token_id {ids!r} is not a token id of the tokenizer (0..{n_vocab - 1}) "
+                             "or a list of them")
+        return tuple(listed)
+    return (default,)
+
+
+# Qwen3's chat template for one user turn with thinking on: what the book's Qwen3Tokenizer
+# (reasoning_from_scratch/qwen3.py) builds with apply_chat_template=True,
+# add_generation_prompt=True, add_thinking=True. The model then opens <think> itself.
+CHAT_TEMPLATE = "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+CHAT_SPECIALS = ("<|im_start|>", "<|im_end|>")
 
 
 class PretrainedTokenizer:
     """tiktoken's Encoding behind tiktoken's encode / decode signatures, doing first what
     Hugging Face does before its BPE: take the allowed added tokens out of the raw text,
-    then NFC-normalise each remaining piece (tiktoken has no normaliser)."""
+    then NFC-normalise each remaining piece (tiktoken has no normaliser). stop_tokens: the
+    ids that end a completion; chat: prompts go inside CHAT_TEMPLATE (`encode_prompt`)."""
 
-    def __init__(self, enc, nfc):
-        self.enc, self.nfc = enc, nfc
+    def __init__(self, enc, nfc, stop_tokens=None, chat=False):
+        self.enc, self.nfc, self.chat = enc, nfc, chat
+        self.stop_tokens = tuple(stop_tokens or (enc.eot_token,))
         self.n_vocab, self.eot_token, self.special_tokens_set = enc.n_vocab, enc.eot_token, enc.special_tokens_set
         self.special_ids = {s: enc.encode_single_token(s) for s in enc.special_tokens_set}
 
@@ -244,6 +299,19 @@ class PretrainedTokenizer:
                 ids.append(self.special_ids[part])
             elif part:
                 ids += self.enc.encode_ordinary(unicodedata.normalize("NFC", part) if self.nfc else part)
+        return ids
+
+    def encode_chat(self, prompt):
+        """CHAT_TEMPLATE around prompt: its <|im_start|> and <|im_end|> as their ids, the text
+        between them encoded piece by piece as the book's tokenizer does (so "user\\n" and
+        the prompt are one piece), the prompt's own characters as plain text: a problem that
+        contains "<|im_end|>" cannot end the turn."""
+        ids = []
+        for i, part in enumerate(_alternation(CHAT_SPECIALS).split(CHAT_TEMPLATE)):
+            if i % 2:  # a special token of the template
+                ids.append(self.special_ids[part])
+            elif part:
+                ids += self.encode(part.replace("{prompt}", prompt), disallowed_special=())
         return ids
 
     def decode(self, ids):

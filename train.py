@@ -7,6 +7,8 @@
     torchrun --nproc-per-node 2 train.py         # 2 processes (ranks), one CPU core or GPU each
     python train.py --recipe book_qwen3 --model qwen3-0.6b-base --task math \
         --data math_train.json --eval-data math500_test.json      # the book's model on a GPU (docs/book_model.md)
+    python train.py --model qwen3-0.6b-base --init qwen3-0.6B-rlvr-grpo-step00050.pth --task math \
+        --data math_train.json --eval-data math500_test.json --eval-fallback number --steps 0   # evaluate a book checkpoint
 
 Each step samples G answers for each of --prompts-per-step problems, scores them and
 updates the policy (grpo.grpo_step). Every --eval-every steps (and at step 0) the policy
@@ -14,7 +16,8 @@ answers the fixed held-out set greedily. Everything lands in runs/<name>/:
     config.json      every resolved flag, package versions, device
     metrics.jsonl    one JSON object per step (eval_acc on eval steps)
     samples.jsonl    a few prompts with completions and rewards every --samples-every steps
-    ckpt_latest.pt   model + optimizer, for --resume; ckpt_step<N>.pt at each eval
+    ckpt_latest.pt   model + optimizer, for --resume; ckpt_step<N>.pt at each eval (with --model:
+                     model_step<N>/, a Hugging Face folder; --keep-checkpoints N keeps the latest N)
 Crash safety: checkpoints are written to a temp file and renamed, one flushed line per
 step, and a resume drops metrics lines after the checkpoint's step, so a `kill -9` at any
 moment leaves no gap or duplicate. Step s's problems and sampling noise are seeded by
@@ -27,6 +30,8 @@ import copy
 import json
 import os
 import platform
+import re
+import shutil
 import sys
 import time
 from dataclasses import asdict, fields
@@ -35,6 +40,7 @@ import torch
 
 import distributed
 import grpo
+import rewards
 import sft
 import tasks
 from evaluation import evaluate
@@ -51,7 +57,10 @@ def get_parser():
     g.add_argument("--runs-dir", default="runs", help="where run folders live")
     g.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue runs/<name> from its latest checkpoint, with its saved flags (only --steps, --threads, --device apply)")
-    g.add_argument("--init", default=sft.DEFAULT_CKPT, help="warm-start checkpoint (built by sft.py if it is the default and missing)")
+    g.add_argument("--init", default=sft.DEFAULT_CKPT,
+                   help="warm-start checkpoint (built by sft.py if it is the default and missing); with --model, a "
+                        "reasoning_from_scratch Qwen3 state_dict (.pth: the book's GRPO checkpoints) whose weights "
+                        "replace the folder's")
     g.add_argument("--seed", type=int, default=0, help="seeds problems, sampling and init")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
     g.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see docs/performance.md, Sampling and training speed)")
@@ -66,6 +75,9 @@ def get_parser():
     g.add_argument("--eval-every", type=int, default=10, help="evaluate (greedy) every N steps")
     g.add_argument("--samples-every", type=int, default=10, help="log a few completions every N steps")
     g.add_argument("--save-every", type=int, default=5, help="write ckpt_latest.pt every N steps")
+    g.add_argument("--keep-checkpoints", type=int, default=0, metavar="N",
+                   help="keep only the N latest saves made at evaluations (model_step<N>/ folders of --model, about "
+                        "1.2 GB each, or ckpt_step<N>.pt), the last always; 0 keeps all")
     g = ap.add_argument_group("the book's model and task (docs/book_model.md)")
     g.add_argument("--model", default=None, metavar="FOLDER",
                    help="a Hugging Face Qwen3 folder (config.json, model.safetensors, tokenizer.json) to train "
@@ -83,6 +95,14 @@ def get_parser():
                    help="--task math: the held-out file (e.g. MATH-500); without it, 1 in 8 problems of --data "
                         "are held out")
     g.add_argument("--eval-batch-size", type=int, default=256, help="rows per batch of the greedy evaluation")
+    g.add_argument("--chat-template", action="store_true",
+                   help="wrap each prompt of --model in Qwen3's chat template with thinking on, as the book does for "
+                        "the reasoning Qwen3-0.6B (Qwen3Tokenizer(apply_chat_template=True, add_generation_prompt=True, "
+                        "add_thinking=True)); the stop tokens are the folder's eos_token_id either way")
+    g.add_argument("--eval-fallback", default="none", choices=rewards.FALLBACKS,
+                   help="an evaluated answer without \\boxed{}: none counts it wrong (the training reward's rule); "
+                        "number takes its last number, else the whole text (the book's MATH-500 evaluation, ch03 "
+                        "extract_final_candidate's number_then_full)")
     add_config_flags(ap, grpo.GRPOConfig)
     # the flags typed on the command line (parse_args fills it in): only those get a warning
     # when they can do nothing, never a value a recipe or a default set
@@ -162,10 +182,9 @@ def check_args(args):
         raise ValueError("--data and --eval-data are for --task math")
     if args.grad_checkpoint and not args.model:
         raise ValueError("--grad-checkpoint is for --model")
-    if args.model and args.init != sft.DEFAULT_CKPT:
-        raise ValueError("--init is the small GPT's warm start; --model replaces it: give one of them")
     if args.eval_batch_size < 1:
         raise ValueError(f"--eval-batch-size must be >= 1, got {args.eval_batch_size}")
+    check_book_args(args)
     refuse_contradictions(args)
     if distributed.rank() == 0:
         for line in inert_flags(args):
@@ -201,6 +220,14 @@ def inert_flags(args):
              "level": (args.task == "math", "with --task math (its problems come from --data)")}
     return [f"--{name.replace('_', '-')} does nothing {why}" for name, (idle, why) in inert.items()
             if idle and name in args.typed_flags]
+
+
+def check_book_args(args):
+    """One-line errors for the flags of the book's model and its checkpoints."""
+    if args.chat_template and not args.model:
+        raise ValueError("--chat-template is for --model (the small GPT has no chat template)")
+    if args.keep_checkpoints < 0:
+        raise ValueError(f"--keep-checkpoints must be >= 0 (0 keeps all), got {args.keep_checkpoints}")
 
 
 # ---------------------------------------------------------------- set-up
@@ -239,22 +266,23 @@ def load_book_model(args, device):
     """The book's Qwen3 and its tokenizer from a Hugging Face folder (--model), in --dtype."""
     dtype = {"auto": torch.bfloat16 if device.startswith("cuda") else torch.float32,
              "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    model = load_pretrained(args.model, dtype, device)
+    weights = None if args.init == sft.DEFAULT_CKPT else args.init  # the book's state_dict, or the folder's own
+    model = load_pretrained(args.model, dtype, device, weights)
     model.grad_checkpoint = args.grad_checkpoint
-    enc = load_pretrained_tokenizer(args.model)
+    enc = load_pretrained_tokenizer(args.model, chat=args.chat_template)
     if enc.n_vocab > model.cfg.vocab_size:
         raise CheckpointError(f"{args.model}: tokenizer has {enc.n_vocab} tokens but the model {model.cfg.vocab_size}")
     return model.train(), enc
 
 
-def task_sets(args):
+def task_sets(args, log=print):
     """(training problems or None for the endless arithmetic stream, held-out problems)."""
     if args.task != "math":
         return None, tasks.eval_set(args.level, args.eval_size)
-    problems = tasks.load_math(args.data)
+    problems = tasks.load_math(args.data, log)
     if args.eval_data is None:
         return tasks.math_split(problems, "train"), tasks.math_split(problems, "eval")[:args.eval_size]
-    test = tasks.load_math(args.eval_data)[:args.eval_size]
+    test = tasks.load_math(args.eval_data, log)[:args.eval_size]
     held_out = {p.problem for p in test}
     train = [p for p in problems if p.problem not in held_out]  # never train on a test problem
     if not train:
@@ -306,6 +334,17 @@ def truncate_metrics(path, last_step):
     os.replace(path + ".tmp", path)
 
 
+SAVED = re.compile(r"model_step(\d+)|ckpt_step(\d+)\.pt")  # what evaluate_and_save writes
+
+
+def prune_saves(run_dir, keep):
+    """Delete all but the `keep` latest evaluation saves of a run (by step); 0 deletes none."""
+    saved = sorted((int(m[1] or m[2]), name) for name in os.listdir(run_dir) if (m := SAVED.fullmatch(name)))
+    for _, name in saved[:-keep] if keep > 0 else ():
+        path = os.path.join(run_dir, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+
+
 def append_jsonl(path, obj):
     with open(path, "a") as f:
         f.write(json.dumps(obj) + "\n")
@@ -355,7 +394,7 @@ def main(args):
     else:
         model, enc, init_ckpt = load_init(args)
         model.to(device)
-    pool, evalset = task_sets(args)  # before the run folder exists: a bad data file leaves nothing behind
+    pool, evalset = task_sets(args, log)  # before the run folder exists: a bad data file leaves nothing behind
     cfg = grpo_config(args)
     ref_model = None
     if cfg.kl > 0:  # a frozen copy of the warm start; none at all when beta = 0
@@ -384,7 +423,7 @@ def main(args):
 
     def evaluate_and_save(step, record):
         with autocast(device):
-            ev = evaluate(model, enc, evalset, args.max_new_tokens, args.eval_batch_size)
+            ev = evaluate(model, enc, evalset, args.max_new_tokens, args.eval_batch_size, args.eval_fallback)
         record.update(eval_acc=ev["accuracy"], eval_format=ev["format"])
         log(f"eval step {step}: accuracy {ev['accuracy']:.1%} | think format {ev['format']:.1%} "
             f"| {time.time() - t_start:.0f}s since start", flush=True)
@@ -392,6 +431,8 @@ def main(args):
             save_pretrained(model, os.path.join(run_dir, f"model_step{step}"), tokenizer_from=args.model)
         elif rank == 0:
             save_checkpoint(os.path.join(run_dir, f"ckpt_step{step}.pt"), model, extra)
+        if rank == 0:
+            prune_saves(run_dir, args.keep_checkpoints)
 
     if start_step == 0:
         record = {"step": 0, "time": 0.0}

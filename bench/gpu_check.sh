@@ -3,9 +3,8 @@
 #
 #     bash bench/gpu_check.sh [REPORT]      # default REPORT: gpu_check_report.txt
 #
-# Installs nothing beyond requirements.txt (and only if an import fails). In under 15
-# minutes (each part has a time limit) it runs, appending every table to REPORT with a
-# PASS / FAIL / SKIP line per part:
+# Installs nothing beyond requirements.txt (and only if an import fails). It runs,
+# appending every table to REPORT with a PASS / FAIL / SKIP line per part:
 #   1. tests  the kernel tests; on CUDA the Triton ones run in-process on the GPU
 #   2. kernel bench/gpu_kernel_check.py: correctness at N=32768, V=151936, bf16,
 #             bandwidth against a device copy and a tile sweep, eager vs torch.compile,
@@ -18,6 +17,19 @@
 #   5. ddp    torchrun --nproc-per-node 2 train.py --steps 10, if 2+ GPUs are visible
 #             and train.py supports torchrun; skipped with a line otherwise, or if it
 #             fails before training starts
+#   6. book   one of the book's GRPO checkpoints evaluated on MATH-500 as the book grades
+#             it (train.py --init CKPT --steps 0 --eval-fallback number, greedy, bf16), beside
+#             the number in the book's log; it needs four local files, named by these
+#             variables (defaults in brackets), and is skipped with one line if one is absent
+#             (nothing is downloaded; docs/book_model.md says where each comes from):
+#               BOOK_MODEL  the Hugging Face folder of the checkpoint's model [qwen3-0.6b-base]
+#               BOOK_CKPT   the book's state_dict [qwen3/7_3_plus_tracking/checkpoints/
+#                           qwen3-0.6B-rlvr-grpo-step00050.pth, as docs/book_model.md downloads it]
+#               MATH_TRAIN  [math_full_minus_math500.json]   MATH500  [math500_test.json]
+#               BOOK_FLAGS  the other train.py flags [--max-new-tokens 1024, the runs' budget];
+#                           for a 7_6_plus_format_reward checkpoint: BOOK_MODEL=qwen3-0.6b
+#                           BOOK_FLAGS="--max-new-tokens 1024 --chat-template"
+# Each part has a time limit; all six take at most about 25 minutes.
 # Without CUDA it prints one line and exits 0. Exit status: 1 if any part failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -81,6 +93,26 @@ else  # a launch that never reaches the first step (no NCCL, no torchrun) is a S
         FAILED+=(ddp)
     fi
     rm -f "$OUT"
+fi
+
+BOOK_MODEL="${BOOK_MODEL:-qwen3-0.6b-base}"
+BOOK_CKPT="${BOOK_CKPT:-qwen3/7_3_plus_tracking/checkpoints/qwen3-0.6B-rlvr-grpo-step00050.pth}"
+MATH_TRAIN="${MATH_TRAIN:-math_full_minus_math500.json}"
+MATH500="${MATH500:-math500_test.json}"
+MISSING=""
+for f in "$BOOK_MODEL/config.json" "$BOOK_CKPT" "$MATH_TRAIN" "$MATH500"; do
+    [ -e "$f" ] || MISSING="$MISSING $f"
+done
+if [ -n "$MISSING" ]; then
+    log ""
+    log "SKIP book: no$MISSING (set BOOK_MODEL, BOOK_CKPT, MATH_TRAIN, MATH500; docs/book_model.md)"
+else  # --steps 0: evaluate at step 0 (and save it as model_step0), train nothing
+    # shellcheck disable=SC2086  # BOOK_FLAGS is a list of flags
+    part book 600 python train.py --model "$BOOK_MODEL" --init "$BOOK_CKPT" --task math --data "$MATH_TRAIN" \
+        --eval-data "$MATH500" --eval-fallback number --steps 0 --run-name gpu_check_book --runs-dir "$RUNS" \
+        ${BOOK_FLAGS:---max-new-tokens 1024}
+    log "the book's logs (ch07/02_logs; runs with --max_new_tokens 1024): MATH-500 at step 50," \
+        "7_3_plus_tracking 46.2%, 7_6_plus_format_reward 56.2%"
 fi
 
 log ""

@@ -1,5 +1,6 @@
 """train.py --model FOLDER --task math --data FILE end to end, on a tiny random Qwen3 with
-a tokenizer in Qwen's layout and a few MATH-style problems, all written here; and the
+a tokenizer in Qwen's layout and a few MATH-style problems, all written here: the stop
+tokens, the chat template, a book checkpoint through --init, --keep-checkpoints; and the
 one-line refusals of bad input (a wrong folder, foreign weights, a corrupt data file)."""
 import json
 import os
@@ -7,11 +8,16 @@ import os
 import pytest
 import torch
 
+import qwen3
 import rewards
+import tasks
 import train
+from grpo import GRPOConfig
 from model import CheckpointError
-from qwen3 import load_pretrained
-from test_qwen3 import write_folder
+from qwen3 import load_pretrained, read_safetensors
+from rollouts import rollout
+from tokenizer import load_pretrained_tokenizer
+from test_qwen3 import book_state_dict, write_folder
 from test_qwen_tokenizer import CORPUS, learn_ranks, qwen_tokenizer_json
 
 PROBLEMS = [{"problem": f"What is ${a} + {b}$?", "answer": str(a + b)} for a in range(6) for b in range(4)]
@@ -64,6 +70,57 @@ def test_the_chapters_run_on_a_tiny_qwen3(book, tmp_path, capsys, monkeypatch):
                                                                                                      for p in PROBLEMS}
 
 
+def test_a_rollout_ends_each_turn_at_any_of_the_stop_tokens(book):
+    """With <|im_end|> and <|endoftext|> both stop tokens (the reasoning Qwen3's
+    generation_config.json), a completion ends at the first of either: its text stops
+    there, without the token, and it is not truncated."""
+    folder, data, _ = book
+    model, enc = qwen3.load_pretrained(folder), load_pretrained_tokenizer(folder)
+    problems, cfg = tasks.load_math(data)[:2], GRPOConfig(group_size=4, max_new_tokens=12)
+    free = rollout(model, enc, problems, cfg, torch.Generator().manual_seed(0))
+    P, rows = free.prompt_len, free.tokens[:, free.prompt_len:].tolist()
+    assert free.truncated.all()  # a random model never wrote <|endoftext|>
+    a, b = rows[0][3], rows[1][6]  # ids two completions do write: make them the stop tokens
+    assert max(a, b) < enc.n_vocab
+    enc.stop_tokens = (a, b)
+    out = rollout(model, enc, problems, cfg, torch.Generator().manual_seed(0))  # the same draws, cut at a stop
+    for i, row in enumerate(rows):
+        n = next((j for j, t in enumerate(row) if t in (a, b)), None)
+        assert out.texts[i] == enc.decode(row[:n]) and bool(out.truncated[i]) == (n is None)
+    assert (~out.truncated).sum() >= 2
+
+
+def test_chat_template_wraps_every_prompt_the_run_samples_and_evaluates(book, tmp_path, monkeypatch):
+    import evaluation
+    import rollouts
+    seen = []
+    for module in (rollouts, evaluation):
+        real = module.generate
+        monkeypatch.setattr(module, "generate", lambda m, prompts, *a, real=real, **k: seen.append(prompts) or
+                            real(m, prompts, *a, **k))
+    train.main(book_args(book, tmp_path, "--steps", "1", "--eval-every", "1", "--chat-template"))
+    enc = load_pretrained_tokenizer(book[0], chat=True)
+    wrapped = {tuple(enc.encode_chat(tasks.MathProblem(p["problem"], p["answer"]).prompt)) for p in PROBLEMS}
+    assert len(seen) == 3 and all(tuple(p) in wrapped for prompts in seen for p in prompts)  # eval, step, eval
+
+
+def test_init_loads_a_book_checkpoint_and_keep_checkpoints_bounds_the_saved_folders(book, tmp_path):
+    """--model FOLDER --init PATH.pth: the config and tokenizer from the folder, the weights
+    from the book's state_dict (a head of its own); --steps 0 evaluates them and saves them."""
+    W = read_safetensors(os.path.join(book[0], "model.safetensors"))
+    head = torch.randn_like(W["model.embed_tokens.weight"])
+    state = book_state_dict({**W, "lm_head.weight": head})
+    torch.save(state, tmp_path / "book.pth")
+    run_dir = train.main(book_args(book, tmp_path, "--steps", "0", "--init", str(tmp_path / "book.pth")))
+    saved = load_pretrained(os.path.join(run_dir, "model_step0"))
+    assert not saved.cfg.tie_word_embeddings and torch.equal(saved.lm_head.weight, head)
+    assert all(torch.equal(p, state[qwen3.book_name(n)]) for n, p in saved.named_parameters())
+    assert [json.loads(line)["step"] for line in open(os.path.join(run_dir, "metrics.jsonl"))] == [0]
+    run_dir = train.main(book_args(book, tmp_path, "--run-name", "kept", "--steps", "3", "--eval-every", "1",
+                                   "--keep-checkpoints", "2"))
+    assert sorted(n for n in os.listdir(run_dir) if n.startswith("model_step")) == ["model_step2", "model_step3"]
+
+
 def test_bad_input_is_one_line_and_leaves_no_run(book, tmp_path):
     folder, data, test = book
     (tmp_path / "corrupt.jsonl").write_text('{"problem": "1+1?", "answer": "2"}\n{oops\n')
@@ -72,7 +129,8 @@ def test_bad_input_is_one_line_and_leaves_no_run(book, tmp_path):
     cases = [(["--model", str(tmp_path / "nowhere")], CheckpointError, "not a folder"),
              (["--model", str(tmp_path / "llama")], CheckpointError, "implements Qwen3ForCausalLM only"),
              (["--data", str(tmp_path / "corrupt.jsonl")], ValueError, "line 2: not valid JSON"),
-             (["--eval-data", data, "--data", data], ValueError, "every problem is also in --eval-data")]
+             (["--eval-data", data, "--data", data], ValueError, "every problem is also in --eval-data"),
+             (["--init", data], CheckpointError, "cannot read .*train.jsonl")]
     for extra, error, message in cases:
         with pytest.raises(error, match=message) as e:
             train.main(book_args(book, tmp_path, "--steps", "1", *extra))
@@ -80,9 +138,12 @@ def test_bad_input_is_one_line_and_leaves_no_run(book, tmp_path):
         assert not os.path.exists(tmp_path / "r" / "metrics.jsonl")
     for argv, message in [(["--task", "math", "--data", data], "--task math needs"),
                           (["--data", data], "--data and --eval-data are for --task math"),
-                          (["--grad-checkpoint"], "--grad-checkpoint is for --model")]:
+                          (["--grad-checkpoint"], "--grad-checkpoint is for --model"),
+                          (["--chat-template"], "--chat-template is for --model")]:
         with pytest.raises(ValueError, match=message):
-            train.check_args(train.get_parser().parse_args(argv))
+            args = train.get_parser().parse_args(argv)
+            train.check_args(args)
+            train.check_book_args(args)
 
 
 def test_a_run_saved_before_these_flags_still_resumes(tiny_warm, tmp_path):

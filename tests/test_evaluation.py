@@ -50,7 +50,8 @@ def test_evaluate_is_greedy_whatever_the_generator_state(warm_policy, monkeypatc
     assert model.training  # left as it was found
 
 
-def test_evaluate_counts_the_correct_answers_on_a_hand_built_case(warm_policy, monkeypatch):
+@pytest.mark.parametrize("fallback,accuracy", [("none", 2 / 5), ("number", 3 / 5)])
+def test_evaluate_counts_the_correct_answers_on_a_hand_built_case(warm_policy, monkeypatch, fallback, accuracy):
     model, enc = warm_policy()
     cases = [  # (problem, the completion the model "writes"); in chunks of 2, the right answers in the second
         (tasks.Problem("2+2", 4, ("2+2=4",)), "<think>2+2=4</think>\\boxed{5}"),  # well-formed, wrong
@@ -61,8 +62,9 @@ def test_evaluate_counts_the_correct_answers_on_a_hand_built_case(warm_policy, m
     ]
     answers = {tuple(encode_text(enc, p.prompt)): text for p, text in cases}
 
-    def generate(model, prompts, max_new_tokens, eos_id, greedy=False, **kw):
-        assert greedy  # evaluation decodes greedily
+    def generate(model, prompts, max_new_tokens, stop, greedy=False, **kw):
+        assert greedy and stop == (enc.eot_token,)  # evaluation decodes greedily, to <|endoftext|>
+        eos_id = stop[0]
         P = max(map(len, prompts))
         rows = [[eos_id] * (P - len(p)) + p + encode_completion(enc, answers[tuple(p)]) + [eos_id] for p in prompts]
         L = max(map(len, rows))
@@ -70,8 +72,9 @@ def test_evaluate_counts_the_correct_answers_on_a_hand_built_case(warm_policy, m
         mask = torch.tensor([[P - len(p) <= j < len(r) for j in range(L)] for p, r in zip(prompts, rows)])
         return Sampled(tokens, mask, None, None, None)
     monkeypatch.setattr(evaluation, "generate", generate)
-    out = evaluation.evaluate(model, enc, [c[0] for c in cases], batch_size=2)  # three chunks
-    assert out == {"accuracy": pytest.approx(2 / 5), "format": pytest.approx(2 / 5)}
+    # the book's fallback reads the unboxed "<think>3*3=9</think>" as 9: right
+    out = evaluation.evaluate(model, enc, [c[0] for c in cases], batch_size=2, fallback=fallback)  # three chunks
+    assert out == {"accuracy": pytest.approx(accuracy), "format": pytest.approx(2 / 5)}
 
 
 def test_pass_at_k_and_the_reasoned_share_on_a_hand_built_case(warm_policy, monkeypatch):
@@ -81,8 +84,10 @@ def test_pass_at_k_and_the_reasoned_share_on_a_hand_built_case(warm_policy, monk
                "3*3": ["<think>3*3=6</think>\\boxed{6}", "\\boxed{8}"]}  # none right, one reasoned
     by_prompt = {tuple(encode_text(enc, p.prompt)): samples[p.expr] for p in problems}
 
-    def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, generator=None, **kw):
+    def generate(model, prompts, max_new_tokens, stop, temperature=1.0, generator=None, **kw):
         assert temperature == 1.0 and generator is not None and not kw.get("greedy")  # sampled, seeded
+        assert stop == (enc.eot_token,)  # to <|endoftext|>
+        eos_id = stop[0]
         P, seen = max(map(len, prompts)), {}
         rows = []
         for p in prompts:  # the k copies of a prompt are adjacent: each gets the next sample

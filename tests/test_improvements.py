@@ -120,14 +120,16 @@ def test_kept_sampling_mask_makes_learner_and_sampler_agree_under_top_p():
 
 @pytest.mark.parametrize("name", list(grpo.RECIPES))
 def test_every_recipe_prints_its_resolved_flags(name, capsys):
-    out = subprocess.run([sys.executable, "train.py", "--recipe", name, "--print-config", "--max-grad-norm", "0.5"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    # a recipe for the book's reasoning model (its chat template) is checked with a --model folder named
+    model = ["--model", "qwen3-folder"] if grpo.RECIPES[name].get("chat_template") else []
+    out = subprocess.run([sys.executable, "train.py", "--recipe", name, "--print-config", "--max-grad-norm", "0.5",
+                          *model], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     resolved = json.loads(out.stdout)
     assert resolved["max_grad_norm"] == 0.5  # an explicit flag wins
     for key, value in grpo.RECIPES[name].items():
         assert resolved[key] == value, key
-    _, args = train.parse_args(["--recipe", name])
+    _, args = train.parse_args(["--recipe", name, *model])
     train.check_args(args)  # never refused (a per-answer ratio or KL under token_mean, say), never warned
     assert capsys.readouterr().err == ""
 
@@ -143,6 +145,22 @@ def test_book_recipe_prints_the_books_values():
                 kl_estimator="k1", kl_level="sequence", loss_agg="seq_mean")
     assert {k: resolved[k] for k in book} == book
     assert resolved["kl"] > 0 and resolved["clip_high"] is None  # a k1 penalty to a reference; eps 10 on both sides
+
+
+def test_book_qwen3_format_recipe_prints_the_values_of_the_books_7_6_run():
+    """7_6_plus_format_reward.py's defaults with the chapter's --max_new_tokens 1024, typed here
+    as the book gives them (--num_rollouts 8, --temperature 0.8, --top_p 0.9, --clip_eps 10,
+    --inner_epochs 1, --kl_coeff 0.0, --format_reward_weight 1.0, no --conditional_reward,
+    lr 1e-5), from the reasoning model in its chat template, graded as evaluate_math500_stream."""
+    _, args = train.parse_args(["--recipe", "book_qwen3_format"])  # (--print-config prints them: the test above)
+    resolved = vars(args)
+    book = dict(prompts_per_step=1, group_size=8, max_new_tokens=1024, temperature=0.8, top_p=0.9,
+                learner_temperature=1.0, ratio_level="sequence", objective="book", clip=10.0, mu=1, kl=0.0,
+                format_weight=1.0, format_check="book", gated=False, lr=1e-5, max_grad_norm=1.0, adv_norm="group",
+                chat_template=True, eval_fallback="number", eval_size=500)
+    assert {k: resolved[k] for k in book} == book and resolved["clip_high"] is None
+    with pytest.raises(ValueError, match="--chat-template is for --model"):  # the reasoning model's recipe
+        train.check_book_args(args)
 
 
 def test_explicit_flag_overrides_the_recipe():

@@ -122,10 +122,29 @@ def test_load_math_reads_json_lists_and_jsonl(tmp_path, fmt):
     assert test == tasks.math_split(tasks.load_math(str(path)), "eval")  # fixed: a hash, not a seed
 
 
+def test_load_math_skips_problems_without_an_answer_and_says_so(tmp_path):
+    """The book's training file holds "" for a solution without \\boxed{}; such records are
+    skipped with one line, every other record kept in order (an answer of 0 included)."""
+    records = RECORDS[:6] + [{"problem": "No box?", "answer": ""}, {"problem": "No field?"},
+                             {"problem": "Null?", "answer": None}, {"problem": "Blank?", "answer": "  "},
+                             {"problem": "Zero?", "answer": 0}]
+    (tmp_path / "d.json").write_text(json.dumps(records))
+    lines = []
+    problems = tasks.load_math(str(tmp_path / "d.json"), log=lines.append)
+    assert [p.problem for p in problems] == [r["problem"] for r in RECORDS[:6]] + ["Zero?"]
+    assert problems[-1].answer == "0"
+    assert lines == [f"{tmp_path / 'd.json'}: skipped 4 of 11 problems without an answer"]
+    lines.clear()
+    (tmp_path / "full.json").write_text(json.dumps(RECORDS))
+    tasks.load_math(str(tmp_path / "full.json"), log=lines.append)
+    assert lines == []  # nothing skipped, nothing said
+
+
 @pytest.mark.parametrize("content,message", [
     ('[{"problem": "1+1?", "answer": "2"},', "not valid JSON"),
     ('{"problem": "1+1?", "answer": "2"}\n{"problem": oops}\n', "line 2: not valid JSON"),
-    ('[{"question": "1+1?", "answer": "2"}]', "record 1 has no problem and answer"),
+    ('[{"question": "1+1?", "answer": "2"}]', "record 1 has no problem"),
+    ('[{"problem": "1+1?", "answer": ""}, {"problem": "2+2?"}]', "none of its 2 problems has an answer"),
     ("[]", "no problems"),
 ])
 def test_a_bad_data_file_is_one_clear_line(tmp_path, content, message):

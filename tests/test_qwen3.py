@@ -1,14 +1,18 @@
 """Qwen3 (qwen3.py) on tiny random configs: the shared sampling and log-prob paths, and
-load_pretrained on folders written here against a forward written from the formulas.
+load_pretrained on folders written here against a forward written from the formulas, and
+on the book's own state_dicts against the same weights under Hugging Face's names.
 
-Nothing is downloaded: the folders hold random weights under Hugging Face's names, and
-the safetensors files are written byte by byte from the format's description.
+Nothing is downloaded: the folders hold random weights under Hugging Face's names, the
+safetensors files are written byte by byte from the format's description, and the book's
+state_dicts carry its Qwen3Model's names, typed here (BOOK_NAMES).
 """
 import argparse
 import json
 import math
 import os
+import re
 import struct
+import tracemalloc
 
 import pytest
 import torch
@@ -52,6 +56,24 @@ def test_kv_cache_generation_equals_full_forwards(kw):
     assert torch.equal(a, b) and torch.equal(ma, mb)
     torch.testing.assert_close(la, lb, rtol=1e-4, atol=1e-5)
     assert len({tuple(r) for r in a[:, -16:].tolist()}) > 1  # rows differ: the check compares something
+
+
+def test_generation_stops_each_row_at_the_first_of_several_stop_ids():
+    """The reasoning Qwen3 ends a turn with <|im_end|> or <|endoftext|>: eos_id may list several."""
+    m, ps = tiny(), prompts(1)
+    P = max(map(len, ps))
+    free = generate(m, ps, 16, EOS, greedy=True)
+    assert free.mask[:, P:].all()  # no row met EOS: each runs to the cap
+    a, b = free.tokens[0, P + 2].item(), free.tokens[1, P + 5].item()  # two ids the rows do emit
+    out = generate(m, ps, 16, (a, b), greedy=True)
+    ended = 0
+    for i in range(len(ps)):
+        row = free.tokens[i, P:].tolist()
+        n = next((j + 1 for j, t in enumerate(row) if t in (a, b)), len(row))  # up to and with the first stop
+        ended += n < len(row)
+        assert out.tokens[i, P:P + n].tolist() == row[:n] and out.mask[i, P:P + n].all()
+        assert not out.mask[i, P + n:].any() and (out.tokens[i, P + n:] == a).all()  # then padding (the first id)
+    assert ended >= 2
 
 
 def test_left_padded_rows_equal_unpadded(monkeypatch):
@@ -129,12 +151,14 @@ def hf_tensors(cfg, seed, dtype):
             for n, s in shapes.items()}
 
 
-def write_safetensors_by_hand(path, tensors):
-    """The format, as its description says: u64 little-endian header size, JSON header, bytes."""
+def write_safetensors_by_hand(path, tensors, dtype_names=None):
+    """The format, as its description says: u64 little-endian header size, JSON header, bytes.
+    dtype_names: a dtype to write for some tensors in place of their own (FP8's F8_E4M3)."""
     header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
     for name, t in tensors.items():
         raw = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-        header[name] = {"dtype": {torch.float32: "F32", torch.bfloat16: "BF16"}[t.dtype], "shape": list(t.shape),
+        kind = (dtype_names or {}).get(name) or {torch.float32: "F32", torch.bfloat16: "BF16", torch.uint8: "U8"}[t.dtype]
+        header[name] = {"dtype": kind, "shape": list(t.shape),
                         "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
@@ -242,8 +266,11 @@ def corrupt(path, what):
     elif what == "pickle":
         os.remove(st)
         torch.save({}, os.path.join(path, "pytorch_model.bin"))
-    if what in ("missing", "extra", "shape"):
-        write_safetensors_by_hand(st, {k: v.clone() for k, v in tensors.items()})
+    elif what == "fp8":  # one byte per weight, as Qwen3-0.6B-FP8 stores its projections
+        tensors["model.layers.0.mlp.up_proj.weight"] = torch.zeros(96, 64, dtype=torch.uint8)
+    if what in ("missing", "extra", "shape", "fp8"):
+        write_safetensors_by_hand(st, {k: v.clone() for k, v in tensors.items()},
+                                  {"model.layers.0.mlp.up_proj.weight": "F8_E4M3"} if what == "fp8" else None)
     if what == "truncated":
         data = open(st, "rb").read()
         open(st, "wb").write(data[:len(data) - 100])
@@ -258,12 +285,152 @@ def corrupt(path, what):
     ("shape", "model.layers.0.self_attn.k_proj.weight has shape \\(64, 64\\), config.json implies \\(48, 64\\)"),
     ("pickle", "only pickle weights \\(pytorch_model.bin\\)"),
     ("truncated", "truncated or corrupt"),
+    ("fp8", "model.layers.0.mlp.up_proj.weight has dtype F8_E4M3, which this code does not read"),
 ])
 def test_load_pretrained_refuses_in_one_line(tmp_path, what, message):
     write_folder(str(tmp_path))
     corrupt(str(tmp_path), what)
     with pytest.raises(CheckpointError, match=message) as e:
         load_pretrained(str(tmp_path))
+    assert "\n" not in str(e.value)
+
+
+def test_shards_are_read_tensor_by_tensor_never_all_at_once(tmp_path):
+    """Memory bound: loading three shards allocates (beside the model, whose storage torch
+    allocates) at most two tensors' buffers at a time (the one being copied, the next one
+    being read), far less than one shard."""
+    write_folder(str(tmp_path), shards=3, vocab_size=300, hidden_size=128, intermediate_size=512,
+                 num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+    shards = [os.path.getsize(tmp_path / n) for n in os.listdir(tmp_path) if n.endswith(".safetensors")]
+    largest = 512 * 128 * 4  # bytes of an MLP matrix in fp32
+    assert len(shards) == 3 and min(shards) > 4 * largest  # reading a whole shard breaks the bound
+    load_pretrained(str(tmp_path))  # once untraced: the modules it imports on first use are not its buffers
+    tracemalloc.start()
+    try:
+        load_pretrained(str(tmp_path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2.5 * largest, (peak, largest, shards)  # measured: 2.08 x
+
+
+def test_a_tied_head_stored_in_another_shard_must_equal_the_embedding(tmp_path):
+    cfg, W = write_folder(str(tmp_path), tie=False, shards=3)
+    config = dict(cfg, tie_word_embeddings=True)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="lm_head.weight differs from the embedding, but config.json ties them"):
+        load_pretrained(str(tmp_path))
+    shard = json.load(open(tmp_path / "model.safetensors.index.json"))["weight_map"]["lm_head.weight"]
+    part = read_safetensors(str(tmp_path / shard))
+    part["lm_head.weight"] = W["model.embed_tokens.weight"]  # an export that stores the tied head as well
+    write_safetensors_by_hand(str(tmp_path / shard), {k: v.clone() for k, v in part.items()})
+    m = load_pretrained(str(tmp_path))
+    assert m.cfg.tie_word_embeddings and torch.equal(m.lm_head_weight, W["model.embed_tokens.weight"])
+
+
+def test_save_pretrained_keeps_the_token_ids_so_the_stop_tokens_load_back(tmp_path):
+    write_folder(str(tmp_path / "in"), bos_token_id=3, eos_token_id=[7, 3])
+    save_pretrained(load_pretrained(str(tmp_path / "in")), str(tmp_path / "out"))
+    config = json.load(open(tmp_path / "out" / "config.json"))
+    assert config["eos_token_id"] == [7, 3] and config["bos_token_id"] == 3
+    assert load_pretrained(str(tmp_path / "out")).cfg.eos_token_id == [7, 3]
+    write_folder(str(tmp_path / "bare"))  # a config.json without them: none invented
+    save_pretrained(load_pretrained(str(tmp_path / "bare")), str(tmp_path / "bare_out"))
+    assert "eos_token_id" not in json.load(open(tmp_path / "bare_out" / "config.json"))
+
+
+# ---------------------------------------------------------------- the book's own checkpoints
+
+# Hugging Face's names -> the book's (reasoning_from_scratch/qwen3.py: Qwen3Model's tok_emb,
+# trf_blocks[i].att.W_query, .norm1, .ff.fc1, final_norm, out_head; RMSNorm's weight is `scale`)
+BOOK_NAMES = [(r"^model\.embed_tokens\.weight$", "tok_emb.weight"), (r"^model\.norm\.weight$", "final_norm.scale"),
+              (r"^lm_head\.weight$", "out_head.weight"), (r"^model\.layers\.(\d+)\.", r"trf_blocks.\1."),
+              (r"self_attn\.q_proj\.", "att.W_query."), (r"self_attn\.k_proj\.", "att.W_key."),
+              (r"self_attn\.v_proj\.", "att.W_value."), (r"self_attn\.o_proj\.", "att.out_proj."),
+              (r"self_attn\.(q|k)_norm\.weight$", r"att.\1_norm.scale"), (r"input_layernorm\.weight$", "norm1.scale"),
+              (r"post_attention_layernorm\.weight$", "norm2.scale"), (r"mlp\.gate_proj\.", "ff.fc1."),
+              (r"mlp\.up_proj\.", "ff.fc2."), (r"mlp\.down_proj\.", "ff.fc3.")]
+
+
+def book_state_dict(W):
+    """The weights W (Hugging Face's names) as the book's Qwen3Model.state_dict() holds them:
+    its names, an out_head of its own (the embedding's copy when W is tied), bf16 matrices
+    and fp32 RMSNorm scales (its RMSNorm parameters keep the default dtype)."""
+    W = dict(W)
+    W.setdefault("lm_head.weight", W["model.embed_tokens.weight"].clone())
+    out = {}
+    for name, t in W.items():
+        for pattern, book in BOOK_NAMES:
+            name = re.sub(pattern, book, name)
+        out[name] = t.clone()
+    return out
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_a_book_state_dict_gives_the_logits_of_the_same_weights_from_hugging_face_names(tmp_path, tie):
+    cfg, W = write_folder(str(tmp_path / "hf"), tie=tie, shards=3)
+    torch.save(book_state_dict(W), tmp_path / "book.pth")
+    hf, book = load_pretrained(str(tmp_path / "hf")), load_pretrained(str(tmp_path / "hf"), weights=str(tmp_path / "book.pth"))
+    idx = torch.randint(0, 300, (2, 11), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(book(idx), hf(idx)) and not book.training
+    assert not book.cfg.tie_word_embeddings  # the book's out_head is a parameter of its own
+    assert book.lm_head.weight.data_ptr() != book.embed_tokens.weight.data_ptr()
+
+
+def test_an_untied_book_head_stays_untied(tmp_path):
+    """A trained book checkpoint's out_head has left the embedding: its own weights give the
+    logits, even for a folder whose config.json ties them (Qwen3-0.6B-Base's)."""
+    cfg, W = write_folder(str(tmp_path / "hf"), tie=True)
+    head = 0.3 * torch.randn(300, 64, generator=torch.Generator().manual_seed(5))
+    torch.save(book_state_dict({**W, "lm_head.weight": head}), tmp_path / "book.pth")
+    m = load_pretrained(str(tmp_path / "hf"), weights=str(tmp_path / "book.pth"))
+    idx = torch.randint(0, 300, (11,), generator=torch.Generator().manual_seed(1))
+    expected = reference_logits({**W, "lm_head.weight": head}, cfg, idx)
+    torch.testing.assert_close(m(idx[None])[0].double(), expected, rtol=1e-4, atol=1e-4)
+    save_pretrained(m, str(tmp_path / "saved"))  # and saves as an untied Hugging Face folder
+    back = load_pretrained(str(tmp_path / "saved"))
+    assert not back.cfg.tie_word_embeddings and torch.equal(back.lm_head.weight, head)
+
+
+def book_file(tmp_path, what):
+    """A book state_dict damaged in one way -> its path."""
+    _, W = write_folder(str(tmp_path / "hf"))
+    state = book_state_dict(W)
+    if what == "unknown":
+        state["trf_blocks.0.att.W_query.bias"] = torch.zeros(96)
+    elif what == "missing":
+        del state["trf_blocks.1.ff.fc2.weight"]
+    elif what == "shape":
+        state["trf_blocks.0.att.W_key.weight"] = torch.zeros(64, 64)
+    elif what == "compiled":  # saved from torch.compile(model): every name under _orig_mod.
+        state = {"_orig_mod." + k: v for k, v in state.items()}
+    elif what == "not a tensor":
+        state["step"] = 50
+    elif what == "wrapped":
+        state = [state]
+    elif what == "object":
+        state["args"] = argparse.Namespace(lr=1e-5)
+    torch.save(state, tmp_path / "book.pth")
+    if what == "truncated":
+        data = (tmp_path / "book.pth").read_bytes()
+        (tmp_path / "book.pth").write_bytes(data[:len(data) // 2])
+    return str(tmp_path / "book.pth")
+
+
+@pytest.mark.parametrize("what,message", [
+    ("unknown", "unexpected tensor trf_blocks.0.att.W_query.bias"),
+    ("missing", "missing tensor trf_blocks.1.ff.fc2.weight"),
+    ("shape", "tensor trf_blocks.0.att.W_key.weight has shape \\(64, 64\\), config.json implies \\(48, 64\\)"),
+    ("compiled", "missing tensor att|missing tensor final_norm.scale"),
+    ("not a tensor", "step is a int, not a tensor"),
+    ("wrapped", "holds a list, not a state_dict"),
+    ("object", "refusing .*book.pth: it holds pickled objects"),
+    ("truncated", "cannot read .*book.pth"),
+])
+def test_a_book_state_dict_is_refused_in_one_line(tmp_path, what, message):
+    path = book_file(tmp_path, what)
+    with pytest.raises(CheckpointError, match=message) as e:
+        load_pretrained(str(tmp_path / "hf"), weights=path)
     assert "\n" not in str(e.value)
 
 

@@ -6,6 +6,7 @@
 import math
 import os
 import random
+import re
 import sys
 import time
 
@@ -13,7 +14,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from rewards import (MAX_DIGITS, book_format_reward, correctness_reward, extract_boxed,  # noqa: E402
-                     format_reward, overlong_penalty, parse_int, score)
+                     final_answer, format_reward, overlong_penalty, parse_int, score)
 
 GOOD = "<think>7+5=12 12-3=9 9*2=18</think>\\boxed{18}"
 
@@ -33,9 +34,38 @@ GOOD = "<think>7+5=12 12-3=9 9*2=18</think>\\boxed{18}"
     ("\\boxed{{12}", None),                          # inner brace closes, outer does not
     ("\\boxed 18", None),
     ("", None),
+    # as the book's ch03 get_last_boxed: whitespace may stand before the brace ...
+    ("\\boxed {5}", "5"),
+    ("so \\boxed\n\t{\\frac{1}{2}} done", "\\frac{1}{2}"),
+    # ... and the last \\boxed decides, even when it has no brace
+    ("\\boxed{5} or \\boxed 6", None),
+    ("\\boxed{5} then \\boxedness", None),
+    ("\\boxed{5} \\boxed", None),
 ])
 def test_extract_boxed(text, expected):
     assert extract_boxed(text) == expected
+
+
+@pytest.mark.parametrize("text, none, number", [
+    ("so \\boxed{7}, not 8", "7", "7"),                       # a box: the fallback never looks
+    ("x = 3, then y = -2.5", None, "-2.5"),                    # the last number, sign and decimals
+    ("it is 3/4 of 1e-3", None, "1e-3"),
+    ("first 3/4", None, "3/4"),
+    ("an empty \\boxed{} after 12", "", "12"),                 # the book: an empty box falls back too
+    ("\\boxed{5} and \\boxed 6", None, "6"),                   # the last \\boxed has no brace
+    ("no digits at all", None, "no digits at all"),            # number_then_full: the whole text
+    ("", None, ""),
+])
+def test_final_answer_falls_back_as_the_books_evaluation(text, none, number):
+    assert final_answer(text) == none and final_answer(text, "none") == none
+    assert final_answer(text, "number") == number
+
+
+def test_the_fallback_is_for_evaluation_only():
+    assert correctness_reward("so it is 18", 18) == 0.0 == score("so it is 18", 18, 4)["correct"]
+    assert correctness_reward("so it is 18", 18, "number") == 1.0
+    assert correctness_reward("the answer: \\frac{1}{2} = 0.5", "\\frac{1}{2}", "number") == 1.0
+    assert correctness_reward("Evelyn", "Evelyn", "number") == 1.0  # no number: the whole text is graded
 
 
 # ---- parse_int -------------------------------------------------------------------
@@ -216,7 +246,7 @@ def test_fuzz_finite_and_never_raises():
         text = random_completion(rng)
         answer = rng.choice(answers)
         boxed = extract_boxed(text)
-        assert boxed is None or (box_of(boxed) in text and balanced(boxed))
+        assert boxed is None or (box_of(boxed).search(text) and balanced(boxed))
         value = None if boxed is None else parse_int(boxed)
         assert value is None or isinstance(value, int)
         kw = dict(format_weight=rng.choice([0.0, 0.5, 1.0]), gated=rng.random() < 0.5,
@@ -235,7 +265,8 @@ def test_fuzz_finite_and_never_raises():
 
 
 def box_of(content):
-    return "\\boxed{" + content + "}"
+    """The written box around a content: `\\boxed`, any whitespace, then the braces."""
+    return re.compile(r"\\boxed\s*\{" + re.escape(content) + r"\}")
 
 
 def balanced(s):

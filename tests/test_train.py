@@ -62,6 +62,17 @@ def test_smoke_run_writes_every_file_with_finite_metrics(warm, tmp_path):
     assert config["kl"] == 0.05 and config["grpo"]["mu"] == 2 and config["versions"]["torch"]
 
 
+def test_keep_checkpoints_keeps_only_the_latest_saves(warm, tmp_path):
+    run_dir = train.main(args_for(warm, tmp_path, "--steps", "3", "--eval-every", "1", "--keep-checkpoints", "2"))
+    assert sorted(n for n in os.listdir(run_dir) if n.startswith("ckpt_")) == \
+        ["ckpt_latest.pt", "ckpt_step2.pt", "ckpt_step3.pt"]  # steps 0 and 1 deleted, the last kept
+    last, latest = (torch.load(os.path.join(run_dir, n), weights_only=True)["model"] for n in ("ckpt_step3.pt",
+                                                                                               "ckpt_latest.pt"))
+    assert all(torch.equal(last[k], latest[k]) for k in last)
+    with pytest.raises(ValueError, match="--keep-checkpoints must be >= 0"):
+        train.main(args_for(warm, tmp_path, "--run-name", "bad", "--keep-checkpoints", "-1"))
+
+
 def test_training_steps_see_mixed_rewards_and_gradients(warm, tmp_path):
     run_dir = train.main(args_for(warm, tmp_path, "--steps", "4", "--lr", "3e-3"))
     rows = read_metrics(run_dir)[1:]
