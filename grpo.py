@@ -440,10 +440,33 @@ def update_stats(stats, terms, ratio, low, high, logp, old_logp, entropy, mask, 
     stats.mean("off_policy_masked_frac", 1 - keep)
 
 
+MIN_MISMATCH = 1e-3  # nats per answer: below it the sampler is the learner, and pg_k1 is a ratio of noises
+
+
+def pg_as_k1(adv, sampler_logp, old_logp, mask):
+    """The policy gradient's own naive KL: (push, mismatch), each (B,), summed as pg_k1.
+
+    Answers drawn from a sampler q that is not the learner pi (the book samples at T 0.8 with
+    top-p 0.9 and scores at T 1): descending on -A_i log pi(y_i) then does, besides
+    reinforcing, what the book's k1 term beta * log pi(y_i) does. At each token the score
+    log pi(y) averages, over y ~ q, to a push of pi towards q, whose size grows with how
+    far q is from pi there; a negative advantage reverses it, flattening pi away from the
+    sharper q. With M_i = sum_t (log q - log pi)(y_t), answer i's sampled mismatch, the
+    policy gradient acts as a k1 with
+        pg_k1 = -sum_i A_i M_i / sum_i M_i
+    > 0 when the wrong answers carry more of the mismatch than the right ones (long wrong
+    answers, as in the book's 7_3 log: it flattens, as the book's KL does), < 0 when the
+    right ones do (it sharpens). EXPERIMENTS.md (lesson 4) sets it beside the book's k1.
+    """
+    mismatch = ((sampler_logp - old_logp) * mask).sum(1)  # (B,)
+    return -adv * mismatch, mismatch
+
+
 @torch.no_grad()
 def batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask):
     """Record the sampled batch: rewards (every term rewards.score returns), advantages,
-    lengths, zero-variance groups, and the sampler-learner gap."""
+    lengths (of the right and the wrong answers too), zero-variance groups, and the
+    sampler-learner gap with what the policy gradient makes of it (pg_k1)."""
     for name, r in batch.rewards.items():
         stats.mean("reward" if name == "total" else "reward_" + name, r)
     stats.std("reward_std", batch.rewards["total"])
@@ -454,6 +477,9 @@ def batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask):
     stats.mean("resp_len", lengths)
     stats.max("resp_len_max", lengths)
     stats.mean("truncated_frac", batch.truncated)
+    correct = batch.rewards["correct"] > 0  # (B,)
+    stats.mean("resp_len_correct", lengths, correct, default=None)  # long wrong answers feed pg_k1
+    stats.mean("resp_len_wrong", lengths, ~correct, default=None)
     stats.count("n_tokens", batch.mask)
     # The sampler and the learner should describe one distribution; with top-p / top-k or a
     # learner temperature of its own they do not. Logged whether or not --tis-cap corrects for
@@ -467,6 +493,9 @@ def batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask):
     stats.mean("tis_weight_mean", w, m, default=1.0)
     stats.max("tis_weight_max", w, m, default=1.0)
     stats.mean("sampler_entropy", batch.sampler_entropy, m)
+    push, mismatch = pg_as_k1(adv, batch.sampler_logp, old_logp, m)  # (B,) each
+    stats.mean("mismatch", mismatch)
+    stats.ratio("pg_k1", push, mismatch, MIN_MISMATCH)
 
 
 # ---------------------------------------------------------------- 5. one GRPO step

@@ -22,13 +22,16 @@ is drawn as one line, the mean over its seeds at the steps every seed logged, in
 band from the smoothed minimum to the smoothed maximum over seeds (eval metrics: the
 mean with markers in the unsmoothed min..max band, instead of bars).
 
-Panel groups (`--panels`, default all; `kl` and `sampler` are skipped without their data):
+Panel groups (`--panels`, default all; `kl`, `sampler` and `runaway` are skipped without their data):
     basic     loss, reward, response length, eval accuracy (the chapter's 2x2 figure)
     advanced  reward, advantage mean, advantage std, entropy
     clip      clip fraction (low/high side, or the total) and the ratio mean with its
               min..max band
     kl        KL to the reference policy
     sampler   the learner's entropy beside the sampler's, and the sampler-learner gap
+    runaway   pg_k1 (grpo.pg_as_k1), which turns positive before the learner's entropy rises
+              (EXPERIMENTS.md, "The runaway"), the two entropies, the lengths of the right
+              and the wrong answers, and the share of answers cut at the token cap
 `--metrics a,b+c` instead draws one figure with one subplot per name (`b+c`: both keys in one).
 A figure has one legend, below its panels, so that it covers no curve; its title wraps
 to the figure's width. The clip panel splits the low and high sides for at most two runs
@@ -93,6 +96,14 @@ PANELS = {
     "sampler": [  # the sampler-learner gap: a learner that flattens while the sampler hides it
         ("entropy: learner (solid), sampler (dashed)", "line", ["entropy", "sampler_entropy"]),
         ("sampler-learner gap |log pi_old - log pi_sampler|", "line", ["sampler_gap"]),
+    ],
+    "runaway": [  # the chapter's 7_3 runaway: what moves before the learner's entropy does
+        ("pg_k1: the policy gradient as a naive KL's beta", "line", ["pg_k1"]),
+        ("entropy: learner (solid), sampler (dashed)", "line", ["entropy", "sampler_entropy"]),
+        ("answer length: right (solid), wrong (dashed)", "line", ["resp_len_correct", "resp_len_wrong"]),
+        ("answers cut at the token cap (fraction)", "line", ["truncated_frac"]),
+        ("held-out accuracy, greedy", "bars", ["eval_acc"]),
+        ("held-out accuracy, sampled as the rollouts are", "bars", ["eval_sampled_acc"]),
     ],
 }
 FIGSIZE = {1: (6, 3.6), 2: (10, 3.6), 4: (9, 6.5)}  # inches, by number of subplots
@@ -434,11 +445,13 @@ def main(args):
         groups = {"metrics": metric_subplots(names)}
     else:
         chosen = split_list(args.panels)
-        # kl only exists when a KL penalty was used (sampler_entropy in runs of older code):
+        # kl only exists when a KL penalty was used, pg_k1 when the sampler is not the learner
+        # (sampler_entropy in runs of older code):
         # skip them unless asked for by name
         if args.panels == "all" or not chosen:
             chosen = [g for g in PANELS if (g != "kl" or has_data(runs, "kl"))
-                      and (g != "sampler" or has_data(runs, "sampler_entropy"))]
+                      and (g != "sampler" or has_data(runs, "sampler_entropy"))
+                      and (g != "runaway" or has_data(runs, "pg_k1"))]
         groups = {g: PANELS[g] for g in chosen}
     paths = output_paths(list(groups), args.out, args.runs[0])
     written = []

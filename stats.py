@@ -31,6 +31,7 @@ class StepStats:
     def __init__(self):
         self.update = 0
         self.sums = {}  # (name, update) -> (kind, float64 tensor of parts, default if no rank has any)
+        #              kind: "mean", "std", "count", or ("ratio", min_mean_den)
         self.maxima = {}  # name -> (sign, this rank's max so far as a 0-d float64 tensor, default)
 
     def next_update(self):
@@ -50,6 +51,12 @@ class StepStats:
         """Sample std of x (1-d), as x.std() on the union of the ranks' x."""
         x = x.detach().double()
         self._add(name, "std", [x.sum(), (x * x).sum(), x.numel()], float("nan"))
+
+    def ratio(self, name, num, den, min_mean_den=0.0, default=None):
+        """sum(num) / sum(den), each summed over every rank's rows (1-d), once den's mean
+        exceeds min_mean_den; `default` before (where den is noise, so is the ratio)."""
+        num, den = torch.as_tensor(num).detach().double(), torch.as_tensor(den).detach().double()
+        self._add(name, ("ratio", min_mean_den), [num.sum(), den.sum(), den.numel()], default)
 
     def count(self, name, x):
         """Sum of x, an integer count (e.g. tokens)."""
@@ -75,6 +82,8 @@ class StepStats:
             p, at = sums[at:at + len(parts)], at + len(parts)
             if kind == "count":
                 value = int(p[0])
+            elif isinstance(kind, tuple):  # ("ratio", min_mean_den)
+                value = p[0] / p[1] if p[2] > 0 and p[1] > kind[1] * p[2] else default
             elif kind == "mean":
                 value = p[0] / p[1] if p[1] > 0 else default
             else:  # std from the sum, the sum of squares and the count

@@ -6,6 +6,8 @@ same distribution, CISPO's weight carries no gradient, statistics ignore padding
 """
 import copy
 
+import math
+
 import pytest
 import torch
 
@@ -222,3 +224,51 @@ def test_step_stats_match_the_direct_formulas():
     assert out["sd"] == pytest.approx(x[0].std().item(), rel=1e-6)
     assert out["n"] == int(m.sum()) and isinstance(out["n"], int)
     assert out["empty"] == 7.0 and out["none"] == 1.0
+
+
+def test_step_stats_ratio_of_sums_and_its_threshold():
+    s = StepStats()
+    s.ratio("r", torch.tensor([1.0, -3.0, 2.0]), torch.tensor([0.5, 0.25, 0.25]))
+    s.ratio("noise", torch.tensor([1.0, 2.0]), torch.tensor([1e-4, 3e-4]), min_mean_den=1e-3)  # mean den 2e-4
+    s.ratio("zero", torch.tensor([1.0]), torch.tensor([0.0]), default=-1.0)
+    out = s.result()
+    assert out["r"] == pytest.approx(0.0 / 1.0) and out["noise"] is None and out["zero"] == -1.0
+    s = StepStats()
+    s.ratio("r", torch.tensor([3.0, 1.0]), torch.tensor([1.0, 1.0]), min_mean_den=0.9)
+    assert s.result()["r"] == pytest.approx(2.0)
+
+
+def test_pg_k1_on_a_hand_built_group():
+    """pg_k1 = -sum A_i M_i / sum M_i, M_i the answer's summed log q - log pi over its tokens."""
+    mask = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1], [0, 1, 0, 0]], dtype=torch.bool)  # (3, 4): padding, prompt
+    old = torch.log(torch.tensor([[0.5, 0.9, 0.8, 0.1], [0.5, 0.5, 0.5, 0.5], [0.1, 0.7, 0.2, 0.3]]))
+    q = torch.log(torch.tensor([[0.9, 1.0, 0.9, 0.9], [0.2, 0.6, 0.6, 0.6], [0.9, 0.7, 0.9, 0.9]]))
+    adv = torch.tensor([1.0, -1.5, 0.5])
+    push, mismatch = grpo.pg_as_k1(adv, q, old, mask)
+    M = [math.log(1 / 0.9) + math.log(0.9 / 0.8), 3 * math.log(0.6 / 0.5), 0.0]
+    assert mismatch.tolist() == pytest.approx(M)
+    assert push.tolist() == pytest.approx([-1.0 * M[0], 1.5 * M[1], -0.0])
+    stats = StepStats()
+    stats.ratio("pg_k1", push, mismatch, grpo.MIN_MISMATCH)
+    # the long wrong answer carries most of the mismatch: > 0, the policy gradient flattens as a k1 does
+    assert stats.result()["pg_k1"] == pytest.approx((-1.0 * M[0] + 1.5 * M[1]) / (M[0] + M[1])) and M[1] > M[0]
+
+
+def test_a_step_logs_the_lengths_of_its_right_and_wrong_answers_and_pg_k1(enc, tiny_model, digit_reward):
+    """resp_len_correct / resp_len_wrong are the mean lengths of the answers the reward
+    called right / wrong; pg_k1 is None when the sampler is the learner and a number when
+    top-p cuts what the learner keeps."""
+    model = tiny_model()
+    with torch.no_grad():  # the end of text likely at every position (about 1 in 6 at T 2): lengths vary
+        model.ln_f.bias.zero_()
+        model.ln_f.bias[0] = 1.0
+        model.lm_head_weight[enc.eot_token, 0] = 8.0
+    batch, stats = run_step(enc, model, GRPOConfig(**{**CFG, "max_new_tokens": 12}))
+    lengths, right = batch.loss_mask.sum(1).double(), batch.rewards["correct"] > 0
+    assert 0 < right.sum() < len(right)  # the digit reward mixes right and wrong at this temperature
+    assert lengths[right].mean() != lengths[~right].mean()  # so a swapped mask would show
+    assert stats["resp_len_correct"] == pytest.approx(lengths[right].mean().item())
+    assert stats["resp_len_wrong"] == pytest.approx(lengths[~right].mean().item())
+    assert stats["pg_k1"] is None and abs(stats["mismatch"]) < grpo.MIN_MISMATCH
+    _, stats = run_step(enc, tiny_model(), GRPOConfig(**CFG, top_p=0.5))  # log q - log pi = -log(kept mass) >= 0
+    assert stats["mismatch"] > grpo.MIN_MISMATCH and isinstance(stats["pg_k1"], float)

@@ -223,6 +223,22 @@ def test_run_lacking_metrics_still_plots(tmp_path, capsys):
     plt.close(fig)
 
 
+def test_the_runaway_panel_is_drawn_where_pg_k1_was_logged(tmp_path):
+    """Runs of the book's sampler log pg_k1: `plot.py RUN` draws the runaway panel (pg_k1, the
+    two entropies, right and wrong lengths, the cut share); runs whose sampler is the learner
+    have no pg_k1 and get no such figure."""
+    keys = ("loss", "reward", "entropy", "sampler_entropy", "sampler_gap", "pg_k1", "resp_len_correct",
+            "resp_len_wrong", "truncated_frac")
+    written = run_main([write_run(tmp_path / "A", keys=keys)])
+    assert sorted(Path(p).name for p in written) == ["plot_advanced.png", "plot_basic.png", "plot_clip.png",
+                                                      "plot_runaway.png", "plot_sampler.png"]
+    runs = [plot.load_run(tmp_path / "A")]
+    assert legend_texts(plot.build_figure(runs, plot.PANELS["runaway"], 0.25, "runaway")) == \
+        ["A entropy", "A sampler_entropy", "A resp_len_correct", "A resp_len_wrong"]
+    no_pg = write_run(tmp_path / "B", keys=("loss", "entropy", "sampler_entropy"))
+    assert "plot_runaway.png" not in [Path(p).name for p in run_main([no_pg])]
+
+
 def test_metrics_flag_and_out_names(tmp_path):
     run = write_run(tmp_path / "A")
     out = tmp_path / "m.png"
