@@ -17,7 +17,17 @@ allows it), so every step is one of ~500 small facts that a 2-layer model learns
 few CPU minutes. (With 0..99 there are ~2,000 facts and the warm start needs
 several times longer: the step-by-step reasoning came out right but the sums wrong.)
 
-Difficulty = number of operations, selected by name (`LEVELS`). The held-out split is
+The runaway (EXPERIMENTS.md, lesson 4) adds search problems (`SearchProblem`): find the
+digit ? that makes a chain come out at a value, by trying digits in turn. Its reference
+tries them in a random order, so it is as long as the search took, and a search that has
+not found the digit by the token cap is cut off: long and wrong, as the book's failed
+attempts are. `medium_search` mixes them into medium's chains, three in four; chains keep
+the streams they always had.
+
+    prompt      Find ? in: ?*3+2=20
+    reasoning   <think>4*3=12 12+2=14 9*3=27 27+2=29 6*3=18 18+2=20</think>\\boxed{6}
+
+Difficulty = number of operations and share of searches, selected by name (`LEVELS`). The held-out split is
 decided by a hash of the expression (`is_eval`), not by a seed, so an eval problem can
 never be drawn for training at any level, and the eval set is the same for every run.
 
@@ -44,11 +54,15 @@ from math_grader import math_answer_equal  # noqa: F401 (the MATH grader, import
 
 PROMPT_TEMPLATE = "Evaluate left to right: {expr}\n"  # the one prompt template
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-LEVELS = {  # name -> relative frequency of chains of 1, 2, 3, 4 operations
-    "easy": (1, 1, 0, 0),
-    "medium": (0, 1, 1, 0),
-    "hard": (0, 0, 1, 1),
-    "mixed": (4, 3, 2, 1),  # the warm start: mostly short chains, a few long ones
+SEARCH_TEMPLATE = "Find ? in: {expr}\n"  # the search problems' prompt
+LEVELS = {  # name -> (relative frequency of chains of 1, 2, 3, 4 operations, share of search problems)
+    "easy": ((1, 1, 0, 0), 0.0),
+    "medium": ((0, 1, 1, 0), 0.0),
+    "hard": ((0, 0, 1, 1), 0.0),
+    "mixed": ((4, 3, 2, 1), 0.0),  # the warm start: mostly short chains, a few long ones
+    # the runaway's regime (EXPERIMENTS.md, "The runaway"): chains and searches, whose failures are long
+    "mixed_search": ((4, 3, 2, 1), 0.5),  # its warm start
+    "medium_search": ((0, 1, 1, 0), 0.75),  # its RL problems; it is evaluated on medium's chains
 }
 MAX_VALUE = 30  # every intermediate result stays in 0..MAX_VALUE
 EVAL_SEED = 1234
@@ -74,6 +88,7 @@ class Problem:
 
 
 def check_level(level):
+    """(chain-length weights, share of searches) of a level, or one line naming the levels."""
     if level not in LEVELS:
         raise ValueError(f"unknown difficulty {level!r}; choose one of {', '.join(LEVELS)}")
     return LEVELS[level]
@@ -111,12 +126,76 @@ def is_eval(expr):
     return zlib.crc32(expr.encode()) % EVAL_MOD == 0
 
 
+@dataclass(frozen=True)
+class SearchProblem:
+    """Find the digit ? that makes a chain come out at a value, by trying digits in turn:
+
+        prompt      Find ? in: ?*3+2=20
+        reasoning   <think>4*3=12 12+2=14 9*3=27 27+2=29 6*3=18 18+2=20</think>\\boxed{6}
+
+    The reference tries the digits in a random order until the right one, so it is as
+    long as the search took, and a search that has not found it by the token cap is cut
+    off, long and wrong: the book's wrong answers are its long ones too.
+    """
+    expr: str  # "?*3+2=20"
+    answer: int  # 6
+    tries: tuple  # ("4*3=12 12+2=14", "9*3=27 27+2=29", "6*3=18 18+2=20"): the last one is right
+
+    @property
+    def prompt(self):
+        return SEARCH_TEMPLATE.format(expr=self.expr)
+
+    def solution(self, think=True, tries=None):
+        """The reference completion (or one with only its last `tries` tries: 1 is the
+        shortest right search). Without reasoning it is a guess, so the warm start never uses it."""
+        answer = "\\boxed{%d}" % self.answer
+        shown = self.tries if tries is None else self.tries[-tries:]
+        return THINK_OPEN + " ".join(shown) + THINK_CLOSE + answer if think else answer
+
+
+def _chain_from(x, ops):
+    """(value, steps) of the chain `x op b op b ...`, or (None, None) if it leaves 0..MAX_VALUE."""
+    value, steps = x, []
+    for op, b in ops:
+        new = value + b if op == "+" else value - b if op == "-" else value * b
+        if not 0 <= new <= MAX_VALUE:
+            return None, None
+        steps.append(f"{value}{op}{b}={new}")
+        value = new
+    return value, steps
+
+
+def make_search_problem(rng, n_ops):
+    """One random search over the digits 1..9 whose chain of n_ops operations has one answer."""
+    while True:
+        ops = [(rng.choice("+-*"), rng.randint(1, 9)) for _ in range(n_ops)]
+        results = {x: _chain_from(x, ops) for x in range(1, 10)}  # x -> (value, steps)
+        x = rng.randint(1, 9)
+        target = results[x][0]
+        if target is None or sum(value == target for value, _ in results.values()) != 1:
+            continue
+        order = [g for g in rng.sample(range(1, 10), 9) if results[g][0] is not None]  # the tries' order
+        tries = tuple(" ".join(results[g][1]) for g in order[:order.index(x) + 1])
+        return SearchProblem("?" + "".join(f"{op}{b}" for op, b in ops) + f"={target}", x, tries)
+
+
+def longest_first_try(level, count, n=2000):
+    """The most tokens (count(text) -> int) that a right first try takes among n searches of a
+    level (0 without searches): a token cap below it leaves some searches no way to finish."""
+    stream = (p for p in problems(level, EVAL_SEED) if isinstance(p, SearchProblem))
+    return max((count(p.solution(tries=1)) for p, _ in zip(stream, range(n))), default=0) if check_level(level)[1] else 0
+
+
 def problems(level, seed, split="train"):
     """Endless deterministic stream of problems of one split (train or eval)."""
-    weights = check_level(level)
+    weights, search_share = check_level(level)
     rng = random.Random(seed)
     while True:
-        p = make_problem(rng, rng.choices(range(1, len(weights) + 1), weights)[0])
+        n_ops = rng.choices(range(1, len(weights) + 1), weights)[0]
+        if search_share and rng.random() < search_share:  # (levels without searches draw as they always did)
+            p = make_search_problem(rng, rng.choice((1, 2)))
+        else:
+            p = make_problem(rng, n_ops)
         if is_eval(p.expr) == (split == "eval"):
             yield p
 

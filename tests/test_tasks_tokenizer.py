@@ -1,5 +1,6 @@
 """Problems are deterministic, verifiable and split cleanly; the tokenizer round-trips."""
 import random
+import re
 
 import pytest
 
@@ -18,8 +19,13 @@ def test_generator_is_deterministic():
 
 @pytest.mark.parametrize("level", list(tasks.LEVELS))
 def test_reference_solutions_evaluate_to_answer(level):
-    weights = tasks.LEVELS[level]
-    for p in take(tasks.problems(level, 3), 300):
+    weights, search_share = tasks.LEVELS[level]
+    drawn = take(tasks.problems(level, 3), 300)
+    searches = [p for p in drawn if isinstance(p, tasks.SearchProblem)]
+    assert (len(searches) > 0) == (search_share > 0)
+    if search_share:  # the drawn share, near the level's: 300 draws
+        assert abs(len(searches) / len(drawn) - search_share) < 0.1
+    for p in (p for p in drawn if not isinstance(p, tasks.SearchProblem)):
         assert tasks.evaluate_chain(p.expr) == p.answer
         assert weights[len(p.steps) - 1] > 0
         value = int(p.expr[0])  # replay the steps: each one follows from the previous value
@@ -31,6 +37,57 @@ def test_reference_solutions_evaluate_to_answer(level):
         assert value == p.answer
         assert p.solution().endswith("\\boxed{%d}" % p.answer)
         assert p.solution(think=False) == "\\boxed{%d}" % p.answer
+
+
+def test_levels_without_searches_draw_the_problems_they_always_drew():
+    """The shipped warm start and every number of the chain levels come from these streams."""
+    assert [p.expr for p in take(tasks.problems("mixed", 5), 5)] == ["3+6-4", "2*4", "4-3", "7+2", "8+3"]
+    assert [p.expr for p in tasks.eval_set("medium", 2)] == ["6+1+1", "2*8+2"]
+
+
+@pytest.mark.parametrize("level", [name for name, (_, share) in tasks.LEVELS.items() if share])
+def test_a_search_tries_digits_until_the_one_answer(level):
+    """Each try evaluates its digit's chain correctly, no digit twice, the last try is the
+    answer, and no other digit 1..9 reaches the target (the answer is unique)."""
+    for p in (p for p in take(tasks.problems(level, 4), 400) if isinstance(p, tasks.SearchProblem)):
+        chain, target = p.expr.split("=")
+        assert chain.startswith("?") and 1 <= len(re.findall(r"[-+*]", chain)) <= 2
+        hits = [x for x in range(1, 10) if _within_range(chain.replace("?", str(x)))
+                and tasks.evaluate_chain(chain.replace("?", str(x))) == int(target)]
+        assert hits == [p.answer]
+        tried = []
+        for attempt in p.tries:
+            steps = attempt.split(" ")
+            tried.append(int(re.match(r"\d+", steps[0]).group()))
+            value = tried[-1]
+            for step in steps:
+                lhs, rhs = step.split("=")
+                assert lhs.startswith(str(value)) and tasks.evaluate_chain(lhs) == int(rhs)
+                value = int(rhs)
+            assert (value == int(target)) == (attempt == p.tries[-1])
+        assert tried[-1] == p.answer and len(set(tried)) == len(tried)
+        assert p.solution() == "<think>" + " ".join(p.tries) + "</think>\\boxed{%d}" % p.answer
+        assert p.solution(tries=1) == "<think>" + p.tries[-1] + "</think>\\boxed{%d}" % p.answer
+        assert p.prompt == "Find ? in: %s\n" % p.expr
+
+
+def _within_range(expr):
+    """Every running value of a chain stays in 0..MAX_VALUE, as the searches' chains must."""
+    parts = re.findall(r"\d+|[-+*]", expr)
+    value = int(parts[0])
+    for op, b in zip(parts[1::2], map(int, parts[2::2])):
+        value = value + b if op == "+" else value - b if op == "-" else value * b
+        if not 0 <= value <= tasks.MAX_VALUE:
+            return False
+    return True
+
+
+def test_longest_first_try_counts_the_shortest_right_search():
+    assert tasks.longest_first_try("medium", len) == 0  # no searches: no need
+    n = tasks.longest_first_try("medium_search", len)  # in characters here
+    longest = max(len(p.solution(tries=1)) for p in take(tasks.problems("medium_search", tasks.EVAL_SEED), 3000)
+                  if isinstance(p, tasks.SearchProblem))
+    assert 0 < n <= longest and n >= len("<think>9*3=27 27+2=29</think>\\boxed{9}") - 2
 
 
 def test_eval_set_is_fixed_and_disjoint_from_training():
