@@ -15,8 +15,21 @@ by imitation, deliberately leaving room for RL:
   1-2) while RL trains and evaluates on longer ones (`medium`: 2-3 operations).
 
     python sft.py                      # about 3 minutes on one CPU thread -> checkpoints/warmstart.pt
+    python sft.py --level mixed_search --label-smoothing 0.2 --out checkpoints/warmstart_search.pt  # 8 min
     python sft.py --steps 50 --out /tmp/tiny.pt
     torchrun --nproc-per-node 2 sft.py           # 2 processes (gloo, CPU), batch split over them
+
+The runaway's warm start (EXPERIMENTS.md, "The runaway") imitates chains and, half the
+time, searches (tasks.SearchProblem: try digits until one fits), whose long tries are cut
+off at the model's context as a base model's long attempts run into its token cap. It is
+trained with label smoothing: each target keeps 1 - eps of the probability and eps is
+spread over all the ids, so, like a pretrained model and unlike the default warm start,
+it keeps a tail of mass on every id of the vocabulary: teacher-forced on held-out chains,
+1.7 nats per token at T = 1 with 18% of the probability on the ids the task never writes,
+against 0.07 nats and none for the default warm start (tests/test_warmstart.py). A
+sampler at T 0.8 with top-p 0.9 cuts that tail off; the learner at T 1 does not.
+Departure from the book's base model: its tail comes from pretraining on text, ours is
+put there by eps.
 
 Prints a progress line (step, loss, tokens/s, ETA) and, at the end, greedy accuracy and
 pass@8 on the RL eval set. Departure from the book: the chapter starts from a pretrained
@@ -43,12 +56,19 @@ from tokenizer import build_tokenizer, encode_completion, encode_text, make_spec
 DEFAULT_CKPT = "checkpoints/warmstart.pt"  # train.py's default --init too
 
 
-def sft_examples(enc, level, seed, direct_frac):
-    """Endless (prompt ids, completion ids) pairs; a share of completions skip the reasoning."""
+def sft_examples(enc, level, seed, direct_frac, max_len):
+    """Endless (prompt ids, completion ids) pairs; a share of chains skip the reasoning.
+
+    A search always reasons (its direct answer would be a guess). A completion that does not
+    fit in max_len tokens with its prompt is cut, its end-of-text with it: so a long search
+    is seen running on, as a base model's long attempts run on into the token cap.
+    """
     rng = random.Random(seed + 1)
     for p in tasks.problems(level, seed):
-        think = rng.random() >= direct_frac
-        yield encode_text(enc, p.prompt), encode_completion(enc, p.solution(think)) + [enc.eot_token]
+        think = rng.random() >= direct_frac or isinstance(p, tasks.SearchProblem)
+        prompt = encode_text(enc, p.prompt)
+        completion = encode_completion(enc, p.solution(think)) + [enc.eot_token]
+        yield prompt, completion[:max_len - len(prompt)]
 
 
 def make_batch(pairs, pad_id):
@@ -97,12 +117,13 @@ def main(args):
     log(f"warm start: {count_params(model) / 1e6:.2f}M params, vocab {enc.n_vocab}, {args.steps} steps "
         f"of {args.batch_size}, level {args.level}, direct answers {args.direct_frac:.0%}")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    data = sft_examples(enc, args.level, distributed.rank_seed(args.seed, rank), args.direct_frac)  # rank 0: as ever
+    data = sft_examples(enc, args.level, distributed.rank_seed(args.seed, rank), args.direct_frac,
+                        cfg.max_seq_len)  # rank 0: as ever
     t0, tokens_seen, losses = time.time(), 0, []
     for step in range(args.steps):
         x, y, mask, loss_mask = make_batch([next(data) for _ in range(args.batch_size // n_ranks)], enc.eot_token)
         logits = trained(x, mask)  # (B, T, V)
-        loss = F.cross_entropy(logits[loss_mask], y[loss_mask])
+        loss = F.cross_entropy(logits[loss_mask], y[loss_mask], label_smoothing=args.label_smoothing)
         # Token mean over every rank's batch: this rank's mean * its share of the tokens * N,
         # since DDP divides the summed gradients by N (the factor is exactly 1 in one process).
         n_here = loss_mask.sum()
@@ -156,6 +177,9 @@ def get_parser():
     ap.add_argument("--batch-size", type=int, default=64, help="sequences per step")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (AdamW)")
     ap.add_argument("--warmup", type=int, default=30, help="linear warmup steps")
+    ap.add_argument("--label-smoothing", type=float, default=0.0,
+                    help="eps: each target keeps 1 - eps, the rest spread over the whole vocabulary, so the model "
+                         "keeps a base model's tail on every id (0: off; the runaway's warm start: 0.1)")
     # evaluation and output
     ap.add_argument("--eval-level", default="medium", help="difficulty of the RL eval set")
     ap.add_argument("--eval-size", type=int, default=500, help="held-out problems for greedy accuracy")
@@ -174,6 +198,9 @@ if __name__ == "__main__":
         tasks.check_level(args.level), tasks.check_level(args.eval_level)
     except ValueError as e:
         get_parser().error(str(e))
+    if not 0 <= args.label_smoothing < 1:
+        get_parser().error(f"--label-smoothing must be in [0, 1), got {args.label_smoothing}: it is the share of "
+                           "each target's probability spread over the vocabulary")
     try:
         main(args)
     except ValueError as e:
