@@ -26,11 +26,14 @@ from tokenizer import build_tokenizer, decode_completions, encode_prompt, stop_t
 
 
 @torch.no_grad()
-def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256, fallback="none"):
+def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256, fallback="none", sampler=None):
     """Greedy accuracy and share of completions in think format on a list of problems
     (the whole list on every rank: each answers its share, the counts are summed).
     fallback: what an answer without a box counts as (rewards.final_answer; "number" is
-    the book's MATH-500 evaluation)."""
+    the book's MATH-500 evaluation). sampler: dict(temperature, top_k, top_p, generator)
+    draws one answer per problem as training samples them, instead of greedily: greedy
+    decoding keeps each position's argmax and so hides a learner that has flattened
+    everywhere else (EXPERIMENTS.md, "The runaway")."""
     was_training = model.training
     model.eval()
     correct = fmt = 0
@@ -38,7 +41,7 @@ def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256, fallback="
     for i in range(0, len(mine), batch_size):
         chunk = mine[i:i + batch_size]
         prompts = [encode_prompt(enc, p.prompt) for p in chunk]
-        out = generate(model, prompts, max_new_tokens, stop_tokens(enc), greedy=True)
+        out = generate(model, prompts, max_new_tokens, stop_tokens(enc), greedy=sampler is None, **(sampler or {}))
         for text, p in zip(decode_completions(enc, out.tokens, out.mask, max(map(len, prompts))), chunk):
             correct += rewards.correctness_reward(text, p.answer, fallback)
             fmt += rewards.format_reward(text)

@@ -5,16 +5,20 @@
     python train.py --recipe book --print-config # the resolved flags of a recipe, without training
     python train.py --resume runs/mine           # continue after an interruption (or for longer: --steps N)
     torchrun --nproc-per-node 2 train.py         # 2 processes (ranks), one CPU core or GPU each
+    python train.py --recipe book --kl 0 --mu 1 --steps 500 --level medium_search --eval-level medium \
+        --init checkpoints/warmstart_search.pt --eval-sampled       # the book's 7_3 runs away (EXPERIMENTS.md, lesson 4)
     python train.py --recipe book_qwen3 --model qwen3-0.6b-base --task math \
-        --data math_train.json --eval-data math500_test.json      # the book's model on a GPU (docs/book_model.md)
+        --data math_full_minus_math500.json --eval-data math500_test.json   # the book's model on a GPU (docs/book_model.md)
     python train.py --model qwen3-0.6b-base --init qwen3-0.6B-rlvr-grpo-step00050.pth --task math \
-        --data math_train.json --eval-data math500_test.json --eval-fallback number --steps 0   # evaluate a book checkpoint
+        --data math_full_minus_math500.json --eval-data math500_test.json --eval-fallback number --steps 0
+                                                  # evaluate a book checkpoint
 
 Each step samples G answers for each of --prompts-per-step problems, scores them and
 updates the policy (grpo.grpo_step). Every --eval-every steps (and at step 0) the policy
-answers the fixed held-out set greedily. Everything lands in runs/<name>/:
+answers the fixed held-out set greedily (and, with --eval-sampled, once more as the
+rollouts sample). Everything lands in runs/<name>/:
     config.json      every resolved flag, package versions, device
-    metrics.jsonl    one JSON object per step (eval_acc on eval steps)
+    metrics.jsonl    one JSON object per step (eval_acc, eval_sampled_acc on eval steps; ln_vocab at step 0)
     samples.jsonl    a few prompts with completions and rewards every --samples-every steps
     ckpt_latest.pt   model + optimizer, for --resume; ckpt_step<N>.pt at each eval (with --model:
                      model_step<N>/, a Hugging Face folder; --keep-checkpoints N keeps the latest N)
@@ -28,6 +32,7 @@ import argparse
 import contextlib
 import copy
 import json
+import math
 import os
 import platform
 import re
@@ -46,7 +51,7 @@ import tasks
 from evaluation import evaluate
 from model import CheckpointError, load_checkpoint, save_checkpoint
 from qwen3 import load_pretrained, save_pretrained
-from tokenizer import build_tokenizer, load_pretrained_tokenizer
+from tokenizer import build_tokenizer, encode_completion, load_pretrained_tokenizer
 
 
 def get_parser():
@@ -71,7 +76,11 @@ def get_parser():
     g.add_argument("--level", default="medium", help=f"difficulty of RL problems ({', '.join(tasks.LEVELS)})")
     g.add_argument("--steps", type=int, default=None, help="GRPO steps (default 100; with --resume: the saved value)")
     g.add_argument("--prompts-per-step", type=int, default=16, help="problems per step")
+    g.add_argument("--eval-level", default=None, help="difficulty of the held-out problems (default: --level)")
     g.add_argument("--eval-size", type=int, default=500, help="held-out problems per evaluation")
+    g.add_argument("--eval-sampled", action="store_true",
+                   help="also log eval_sampled_acc: one answer per held-out problem drawn as the rollouts are "
+                        "(--temperature, --top-p, --top-k), where greedy decoding hides a flattened learner")
     g.add_argument("--eval-every", type=int, default=10, help="evaluate (greedy) every N steps")
     g.add_argument("--samples-every", type=int, default=10, help="log a few completions every N steps")
     g.add_argument("--save-every", type=int, default=5, help="write ckpt_latest.pt every N steps")
@@ -154,6 +163,8 @@ def grpo_config(args):
 def check_args(args):
     """One-line errors for flag values argparse cannot check by itself."""
     tasks.check_level(args.level)
+    if args.eval_level is not None:
+        tasks.check_level(args.eval_level)
     positive = ["eval_size", "eval_every", "samples_every", "save_every", "prompts_per_step", "group_size",
                 "max_new_tokens", "mu", "minibatches", "max_sampling_rounds", "threads"]
     for name in positive:
@@ -217,9 +228,25 @@ def inert_flags(args):
              "resample_epochs": (args.mu == 1, "with one epoch (--mu 1): nothing is sampled again"),
              "max_sampling_rounds": (not args.dynamic_sampling, "without --dynamic-sampling (one round)"),
              "gated": (args.format_weight == 0, no_format), "format_check": (args.format_weight == 0, no_format),
-             "level": (args.task == "math", "with --task math (its problems come from --data)")}
+             "level": (args.task == "math", "with --task math (its problems come from --data)"),
+             "eval_level": (args.task == "math", "with --task math (its held-out problems come from --data)")}
     return [f"--{name.replace('_', '-')} does nothing {why}" for name, (idle, why) in inert.items()
             if idle and name in args.typed_flags]
+
+
+def check_task_fit(args, enc, init_ckpt):
+    """A search level (tasks.SearchProblem) is refused in one line when the token cap cannot hold
+    even a right first try; a warm start that never saw a search gets a warning (it cannot search)."""
+    for level in {args.level, args.eval_level or args.level}:
+        need = tasks.longest_first_try(level, lambda text: len(encode_completion(enc, text)) + 1)
+        if need > args.max_new_tokens:
+            raise ValueError(f"--max-new-tokens {args.max_new_tokens} is shorter than the {need} tokens that a right "
+                             f"first try of --level {level} can take (with its end of text): raise it to >= {need}")
+    sft_level = (init_ckpt or {}).get("task", {}).get("sft_level")
+    if tasks.check_level(args.level)[1] and sft_level in tasks.LEVELS and not tasks.check_level(sft_level)[1]:
+        print(f"train.py: warning: --level {args.level} has search problems, but the warm start {args.init} "
+              f"was trained on --level {sft_level}, which has none (checkpoints/warmstart_search.pt has them)",
+              file=sys.stderr)
 
 
 def check_book_args(args):
@@ -278,7 +305,7 @@ def load_book_model(args, device):
 def task_sets(args, log=print):
     """(training problems or None for the endless arithmetic stream, held-out problems)."""
     if args.task != "math":
-        return None, tasks.eval_set(args.level, args.eval_size)
+        return None, tasks.eval_set(args.eval_level or args.level, args.eval_size)
     problems = tasks.load_math(args.data, log)
     if args.eval_data is None:
         return tasks.math_split(problems, "train"), tasks.math_split(problems, "eval")[:args.eval_size]
@@ -393,6 +420,7 @@ def main(args):
         (model, enc), init_ckpt = load_book_model(args, device), None
     else:
         model, enc, init_ckpt = load_init(args)
+        check_task_fit(args, enc, init_ckpt)
         model.to(device)
     pool, evalset = task_sets(args, log)  # before the run folder exists: a bad data file leaves nothing behind
     cfg = grpo_config(args)
@@ -425,7 +453,15 @@ def main(args):
         with autocast(device):
             ev = evaluate(model, enc, evalset, args.max_new_tokens, args.eval_batch_size, args.eval_fallback)
         record.update(eval_acc=ev["accuracy"], eval_format=ev["format"])
-        log(f"eval step {step}: accuracy {ev['accuracy']:.1%} | think format {ev['format']:.1%} "
+        sampled = ""
+        if args.eval_sampled:  # one answer a problem as the rollouts draw them; its own seed, so resumes repeat it
+            gen = torch.Generator(device=device).manual_seed(step_seed(args.seed, step, rank) + 7919)
+            sampler = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen)
+            with autocast(device):
+                record["eval_sampled_acc"] = evaluate(model, enc, evalset, args.max_new_tokens, args.eval_batch_size,
+                                                      args.eval_fallback, sampler)["accuracy"]
+            sampled = f" | sampled {record['eval_sampled_acc']:.1%}"
+        log(f"eval step {step}: accuracy {ev['accuracy']:.1%}{sampled} | think format {ev['format']:.1%} "
             f"| {time.time() - t_start:.0f}s since start", flush=True)
         if rank == 0 and args.model:  # a Hugging Face folder: loads back with --model
             save_pretrained(model, os.path.join(run_dir, f"model_step{step}"), tokenizer_from=args.model)
@@ -435,7 +471,8 @@ def main(args):
             prune_saves(run_dir, args.keep_checkpoints)
 
     if start_step == 0:
-        record = {"step": 0, "time": 0.0}
+        # ln V, the most entropy a token can have: plots and tables say how near the learner gets
+        record = {"step": 0, "time": 0.0, "ln_vocab": math.log(model.lm_head_weight.shape[0])}
         evaluate_and_save(0, record)
         if rank == 0:
             append_jsonl(metrics_path, record)

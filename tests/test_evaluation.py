@@ -1,4 +1,5 @@
 """evaluation.evaluate: greedy and deterministic, counting right, on a held-out set training never sees; pass@k."""
+import json
 import os
 import subprocess
 import sys
@@ -48,6 +49,35 @@ def test_evaluate_is_greedy_whatever_the_generator_state(warm_policy, monkeypatc
             got = out.tokens[i, prompt_len:][out.mask[i, prompt_len:]].tolist()
             assert got == greedy_by_hand(model, enc, p.prompt, 12), p.expr
     assert model.training  # left as it was found
+
+
+def test_evaluate_with_a_sampler_draws_as_the_rollouts_do(warm_policy):
+    """sampler=: one answer per problem at the given temperature / top-p, from its own
+    generator (the same seed, the same answers); a near-zero temperature is greedy again."""
+    model, enc = warm_policy()
+    problems = tasks.eval_set("easy", 64)
+    greedy = evaluation.evaluate(model, enc, problems, max_new_tokens=12)
+
+    def sampled(temperature, seed, top_p=1.0):
+        sampler = dict(temperature=temperature, top_p=top_p, generator=torch.Generator().manual_seed(seed))
+        return evaluation.evaluate(model, enc, problems, max_new_tokens=12, sampler=sampler)
+
+    assert sampled(1e-4, 0) == greedy
+    assert sampled(1.5, 0) == sampled(1.5, 0) and sampled(1.5, 0)["accuracy"] < greedy["accuracy"]
+    assert len({sampled(1.5, s)["accuracy"] for s in range(4)}) > 1  # the draws depend on the seed
+
+
+def test_a_run_logs_the_sampled_accuracy_at_each_evaluation_and_repeats_it_on_resume(tiny_warm, tmp_path):
+    argv = ["--init", tiny_warm[0], "--runs-dir", str(tmp_path), "--level", "easy", "--prompts-per-step", "4",
+            "--group-size", "4", "--max-new-tokens", "16", "--eval-size", "32", "--eval-every", "2",
+            "--threads", "1", "--eval-sampled", "--top-p", "0.9"]
+    whole = train.main(train.get_parser().parse_args([*argv, "--run-name", "a", "--steps", "4"]))
+    train.main(train.get_parser().parse_args([*argv, "--run-name", "b", "--steps", "2"]))
+    resumed = train.main(train.get_parser().parse_args(["--resume", str(tmp_path / "b"), "--steps", "4"]))
+    rows = [[json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))] for d in (whole, resumed)]
+    got = [[(r["step"], r["eval_acc"], r["eval_sampled_acc"]) for r in rs if "eval_acc" in r] for rs in rows]
+    assert [s for s, _, _ in got[0]] == [0, 2, 4] and got[0] == got[1]
+    assert all(0 <= a <= 1 for _, _, a in got[0])
 
 
 @pytest.mark.parametrize("fallback,accuracy", [("none", 2 / 5), ("number", 3 / 5)])

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import grpo
+import tasks
 import train
 from model import CheckpointError
 
@@ -308,7 +309,9 @@ def test_the_same_flags_where_they_act_pass_silently(argv, capsys):
     (["--max-sampling-rounds", "5"], "--max-sampling-rounds", "without --dynamic-sampling"),
     (["--gated"], "--gated", "without a format bonus (--format-weight 0)"),
     (["--format-check", "book"], "--format-check", "without a format bonus"),
-    (["--task", "math", "--data", "x.json", "--model", "m", "--level", "easy"], "--level", "with --task math")])
+    (["--task", "math", "--data", "x.json", "--model", "m", "--level", "easy"], "--level", "with --task math"),
+    (["--task", "math", "--data", "x.json", "--model", "m", "--eval-level", "easy"], "--eval-level",
+     "with --task math")])
 def test_a_typed_flag_that_does_nothing_gets_one_warning_line(argv, flag, why, capsys):
     err = checked(argv, capsys)
     assert err.startswith(f"train.py: warning: {flag} does nothing") and why in err and err.count("\n") == 1
@@ -320,6 +323,40 @@ def test_flags_a_recipe_or_a_default_set_never_warn(capsys):
                  ["--recipe", "olmo3", "--no-dynamic-sampling"], ["--recipe", "gdpo", "--format-weight", "0"]):
         assert checked(argv, capsys) == "", argv
     assert "--kl-estimator does nothing" in checked(["--recipe", "book", "--kl", "0", "--kl-estimator", "k3"], capsys)
+
+
+def test_the_held_out_set_has_its_own_level(warm, tmp_path):
+    """--eval-level: train on one level, evaluate on another (the runaway trains on searches and
+    chains and is evaluated on medium's chains); by default the training level."""
+    _, held_out = train.task_sets(args_for(warm, tmp_path, "--level", "medium_search", "--eval-level", "medium",
+                                           "--eval-size", "50"))
+    assert held_out == tasks.eval_set("medium", 50)
+    _, held_out = train.task_sets(args_for(warm, tmp_path, "--level", "medium_search", "--eval-size", "50"))
+    assert held_out == tasks.eval_set("medium_search", 50) != tasks.eval_set("medium", 50)
+    with pytest.raises(ValueError, match="unknown difficulty 'impossible'"):
+        train.check_args(args_for(warm, tmp_path, "--eval-level", "impossible"))
+
+
+def test_a_cap_that_cannot_hold_a_right_first_try_is_refused_naming_the_numbers(warm, tmp_path):
+    with pytest.raises(ValueError, match=r"--max-new-tokens 12 is shorter than the (\d+) tokens that a right first "
+                                         r"try of --level medium_search can take") as e:
+        train.main(args_for(warm, tmp_path, "--level", "medium_search", "--max-new-tokens", "12"))
+    need = int(re.search(r"the (\d+) tokens", str(e.value)).group(1))
+    assert 15 <= need <= 30 and "\n" not in str(e.value) and not os.path.exists(tmp_path / "r")
+    train.check_task_fit(args_for(warm, tmp_path, "--level", "medium_search", "--max-new-tokens", str(need)),
+                         *train.load_init(args_for(warm, tmp_path))[1:])  # exactly enough passes
+    with pytest.raises(ValueError, match="--level medium_search can take"):  # the held-out level is checked too
+        train.main(args_for(warm, tmp_path, "--eval-level", "medium_search", "--max-new-tokens", "12"))
+
+
+def test_a_warm_start_that_never_searched_is_warned_about_once(warm, tmp_path, capsys):
+    _, enc, ckpt = train.load_init(args_for(warm, tmp_path))
+    assert ckpt["task"]["sft_level"] == "easy"  # the tiny warm start: chains only
+    train.check_task_fit(args_for(warm, tmp_path, "--level", "medium_search", "--max-new-tokens", "40"), enc, ckpt)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has search problems, but the warm start" in err and "warmstart_search.pt" in err
+    train.check_task_fit(args_for(warm, tmp_path, "--level", "medium", "--max-new-tokens", "40"), enc, ckpt)
+    assert capsys.readouterr().err == ""
 
 
 def test_typed_flags_are_the_ones_on_the_command_line():
