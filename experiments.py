@@ -30,6 +30,10 @@ import plot
 
 COMMON = ["--steps", "100", "--eval-every", "10"]
 BOOK = ["--recipe", "book", "--steps", "500", "--eval-every", "50"]  # the book's regime, as long as its runs
+# ... on the runaway's task: three searches in four, whose failures run long, from a warm start that keeps a
+# base model's tail (sft.py --label-smoothing 0.2); evaluated on the chains of medium, as everything else here
+RUNAWAY = [*BOOK, "--level", "medium_search", "--eval-level", "medium", "--init", "checkpoints/warmstart_search.pt",
+           "--eval-sampled"]
 EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     # our default regime: GRPO's variants, each against the baseline
     "baseline": (["--clip", "inf", "--mu", "1", "--kl", "0"], "GRPO without clipping, one update per batch, no KL"),
@@ -77,6 +81,28 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
                     "the book's 7_6_plus_format_reward.py: <think> before </think> is worth a right answer"),
     "book_format_gated": ([*BOOK, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight", "1", "--gated"],
                           "... the bonus paid only for right answers"),
+    # the runaway (RUNAWAY): the book's 7_3 blows up; what removes it
+    "book_runaway": ([*RUNAWAY, "--kl", "0", "--mu", "1"],
+                     "the book's 7_3_plus_tracking.py (one update, no KL, no clip) on the runaway's task"),
+    "book_runaway_keepmask": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--learner-temperature", "0.8",
+                               "--keep-sampling-mask"], "... the learner on the sampler's T 0.8 and top-p support"),
+    "book_runaway_T1": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--temperature", "1", "--top-p", "1"],
+                        "... the sampler at the learner's T 1, no top-p"),
+    "book_runaway_chains": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--level", "medium"],
+                            "... on chains alone: no long failed searches"),
+    "book_runaway_token": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--ratio-level", "token", "--objective", "ppo"],
+                           "... each answer's log-probs averaged over its tokens, not summed"),
+    "book_runaway_k3": ([*RUNAWAY, "--kl", "0.1", "--kl-estimator", "k3", "--kl-level", "token", "--mu", "1"],
+                        "... with a KL to the warm start, k3 per token, beta 0.1"),
+    "book_runaway_lowlr": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--lr", "3e-5"], "... at lr 3e-5"),
+    "book_runaway_noclip": ([*RUNAWAY, "--kl", "0", "--mu", "4", "--clip", "inf"],
+                            "4 inner epochs from the frozen copy, no clip, on the runaway's task"),
+    "book_runaway_ppo_clip": ([*RUNAWAY, "--kl", "0", "--mu", "4", "--objective", "ppo", "--ratio-level", "token",
+                               "--clip", "0.2"], "... with PPO's clip at 0.2 per token"),
+    "book_runaway_format": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight", "1"],
+                            "the book's 7_6 format bonus on the runaway's task"),
+    "book_runaway_format_gated": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight",
+                                   "1", "--gated"], "... the bonus paid only for right answers"),
 }
 COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in one subplot, for at most 2 runs)
     # at most 4 experiments a figure, so that each curve can be followed
@@ -101,6 +127,13 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
                       "eval_acc,ratio_max,clip_frac,entropy,ppo_kl,resp_len"),
     "book_format": (["book_format", "book_format_gated", "book_onpolicy"],
                     "eval_acc,reward_correct,reward_format,entropy,resp_len,truncated_frac"),
+    # lesson 4: the runaway, its fix and its cause (no long failed searches); then what else was tried
+    "book_runaway": (["book_runaway", "book_runaway_keepmask", "book_runaway_chains"],
+                     "eval_acc,eval_sampled_acc,entropy,sampler_entropy,pg_k1,truncated_frac"),
+    "book_runaway_fixes": (["book_runaway", "book_runaway_k3", "book_runaway_lowlr", "book_runaway_token"],
+                           "eval_acc,eval_sampled_acc,entropy,sampler_entropy"),
+    "book_runaway_clip_format": (["book_runaway_noclip", "book_runaway_ppo_clip", "book_runaway_format",
+                                  "book_runaway_format_gated"], "eval_acc,eval_sampled_acc,entropy,reward_format"),
 }
 
 
@@ -109,6 +142,14 @@ def broken_vs_fixed(broken, fixed, points=0.15):
     its own peak and ends at least `points` below the fixed run's. (15 points: one prompt a
     step is noisy, and runs that do not collapse still drift; EXPERIMENTS.md says how far.)"""
     return broken["peak"] - broken["final"] >= points and fixed["final"] - broken["final"] >= points
+
+
+def runs_away(broken, fixed):
+    """The runaway as the book's 7_3 shows it, all three: the learner's entropy (a 20-step
+    mean) reaches half its maximum, ln V; half the answers of 20 steps run into the token cap;
+    and accuracy falls as broken_vs_fixed asks."""
+    return (broken["entropy_peak"] >= 0.5 * broken["ln_vocab"] and broken["truncated_peak"] >= 0.5
+            and broken_vs_fixed(broken, fixed))
 
 
 LESSONS = {  # lesson -> (experiments, check(their summaries for one seed) -> bool, the claim checked)
@@ -125,6 +166,15 @@ LESSONS = {  # lesson -> (experiments, check(their summaries for one seed) -> bo
                        lambda u, g: u["reward_format"] > 0.9 and broken_vs_fixed(u, g),
                        "ungated, the format reward exceeds 0.9 while accuracy falls >= 15 points from its peak and "
                        "ends >= 15 below the gated run"),
+    "runaway": (["book_runaway", "book_runaway_keepmask"], runs_away,
+                "on-policy without KL (the book's 7_3), the learner's entropy reaches half of ln V, half the answers "
+                "run into the token cap, and accuracy falls >= 15 points from its peak and ends >= 15 below the "
+                "learner on the sampler's support"),
+    "instability_runaway": (["book_runaway_noclip", "book_runaway_ppo_clip"], broken_vs_fixed,
+                            "the instability lesson on the runaway's task"),
+    "format_exploit_runaway": (["book_runaway_format", "book_runaway_format_gated"],
+                               lambda u, g: u["reward_format"] > 0.9 and broken_vs_fixed(u, g),
+                               "the format lesson on the runaway's task"),
 }
 
 
@@ -209,9 +259,20 @@ def run_summary(rows):
     for key in ("reward", "entropy", "resp_len", "clip_frac", "kl", "reward_format", "sampler_gap"):
         out[key] = mean(r.get(key) for r in tail)
     out["reward_format_start"] = mean(r.get("reward_format") for r in head)
+    sampled = [r["eval_sampled_acc"] for r in rows if "eval_sampled_acc" in r]
+    out["sampled_peak"], out["sampled_final"] = (max(sampled), sampled[-1]) if sampled else (None, None)
+    out["ln_vocab"] = next((r["ln_vocab"] for r in rows if "ln_vocab" in r), float("nan"))
+    out["entropy_peak"] = max(trailing_means(rows, "entropy"), default=float("nan"))
+    out["truncated_peak"] = max(trailing_means(rows, "truncated_frac"), default=float("nan"))
     out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
     out["moves"] = first_moves(rows)
     return out
+
+
+def trailing_means(rows, key, window=20):
+    """The trailing `window`-step means of a metric, one per step from the window-th on."""
+    values = [r[key] for r in rows if r.get("step", 0) > 0 and plot.is_number(r.get(key))]
+    return [sum(values[i - window:i]) / window for i in range(window, len(values) + 1)]
 
 
 MOVERS = [("kl", 2.0), ("entropy", 2.0), ("sampler_gap", 2.0), ("resp_len", 1.5), ("ratio_max", 2.0)]  # (metric, factor)
@@ -287,12 +348,19 @@ def lesson_tables(summaries):
         seeds = sorted(set.intersection(*(set(summaries[n]) for n in names)), key=lambda s: int(s[4:]))
         held = [s for s in seeds if check(*(summaries[n][s] for n in names))]
         out += ["", f"**{lesson}** ({claim}): held in {len(held)} of {len(seeds)} seeds", "",
-                "| seed | " + " | ".join(f"{n}: peak (step) -> final" for n in names) + " | held | what moved first in "
-                + names[0] + " |", "|---|" + "---|" * (len(names) + 2)]
+                "| seed | " + " | ".join(f"{n}: peak (step) -> final" for n in names) + f" | held | {names[0]}: "
+                "highest entropy (of ln V), most answers cut at the cap (20-step means) | what moved first in "
+                + names[0] + " |", "|---|" + "---|" * (len(names) + 3)]
         for s in seeds:
             runs = [summaries[n][s] for n in names]
             cells = [f"{r['peak']:.1%} ({r['peak_step']}) -> {r['final']:.1%}" for r in runs]
-            out.append(f"| {s[4:]} | " + " | ".join(cells) + f" | {'yes' if s in held else 'no'} | {moved(runs[0])} |")
+            b = runs[0]
+            blowup = "-" if not math.isfinite(b["ln_vocab"] + b["truncated_peak"]) else \
+                f"{b['entropy_peak']:.2f} ({b['entropy_peak'] / b['ln_vocab']:.0%}), {b['truncated_peak']:.0%}"
+            if all(r.get("sampled_final") is not None for r in runs):  # held-out accuracy as the rollouts sample
+                blowup += "; sampled: " + ", ".join(f"{r['sampled_peak']:.0%} -> {r['sampled_final']:.0%}" for r in runs)
+            out.append(f"| {s[4:]} | " + " | ".join(cells) + f" | {'yes' if s in held else 'no'} | {blowup} | "
+                       f"{moved(runs[0])} |")
     return out
 
 

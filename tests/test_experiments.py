@@ -1,6 +1,7 @@
 """experiments.py: every experiment's flags are valid train.py flags; seeds, table and lessons read runs."""
 import argparse
 import json
+import math
 import os
 
 import pytest
@@ -83,6 +84,28 @@ def test_lessons_count_the_seeds_where_they_hold(tmp_path, monkeypatch):
     assert "**falls** (a claim): held in 1 of 2 seeds" in text
     assert "| 0 | 80.0% (10) -> 30.0% | 80.0% (10) -> 80.0% | yes |" in text  # seed, peak (step) -> final, held
     assert "| 1 | 80.0% (10) -> 50.0% | 80.0% (10) -> 80.0% | no |" in text
+
+
+def test_the_runaway_lesson_asks_for_all_three_signs_of_7_3():
+    """runs_away: the learner's entropy at half of ln V, half the answers at the cap, and the
+    accuracy rule; remove any one and it does not hold."""
+    broken = {"peak": 0.9, "final": 0.6, "entropy_peak": 3.0, "ln_vocab": math.log(287), "truncated_peak": 0.6}
+    fixed = {"peak": 0.9, "final": 0.85}
+    assert experiments.runs_away(broken, fixed)
+    for change in ({"entropy_peak": 2.8}, {"truncated_peak": 0.45}, {"final": 0.8}, {"peak": 0.7}):
+        assert not experiments.runs_away({**broken, **change}, fixed), change
+    assert not experiments.runs_away(broken, {"peak": 0.9, "final": 0.7})  # ends < 15 below the fix
+
+
+def test_run_summary_reads_the_runaway_numbers(tmp_path):
+    rows = [{"step": 0, "time": 0, "eval_acc": 0.2, "ln_vocab": 5.0}]
+    rows += [{"step": s, "time": s, "entropy": s / 10, "truncated_frac": 0.5 if 30 <= s < 50 else 0.0}
+             for s in range(1, 61)]
+    s = experiments.run_summary(rows)
+    # the highest 20-step mean: entropy over steps 41..60 (5.05); the cut share over 30..49 (0.5)
+    assert s["ln_vocab"] == 5.0 and s["entropy_peak"] == pytest.approx(5.05) and s["truncated_peak"] == 0.5
+    assert experiments.trailing_means(rows, "entropy", window=3)[:2] == pytest.approx([0.2, 0.3])
+    assert experiments.trailing_means(rows[:3], "entropy") == []  # fewer steps than the window
 
 
 def test_first_moves_says_which_metric_moved_when():
