@@ -30,7 +30,7 @@ Panel groups (`--panels`, default all; `kl`, `sampler` and `runaway` are skipped
     kl        KL to the reference policy
     sampler   the learner's entropy beside the sampler's, and the sampler-learner gap
     runaway   pg_k1 (grpo.pg_as_k1), which turns positive before the learner's entropy rises
-              (EXPERIMENTS.md, "The runaway"), the two entropies, the lengths of the right
+              (EXPERIMENTS.md, lesson 4), the two entropies, the lengths of the right
               and the wrong answers, and the share of answers cut at the token cap
 `--metrics a,b+c` instead draws one figure with one subplot per name (`b+c`: both keys in one).
 A figure has one legend, below its panels, so that it covers no curve; its title wraps

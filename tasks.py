@@ -60,7 +60,7 @@ LEVELS = {  # name -> (relative frequency of chains of 1, 2, 3, 4 operations, sh
     "medium": ((0, 1, 1, 0), 0.0),
     "hard": ((0, 0, 1, 1), 0.0),
     "mixed": ((4, 3, 2, 1), 0.0),  # the warm start: mostly short chains, a few long ones
-    # the runaway's regime (EXPERIMENTS.md, "The runaway"): chains and searches, whose failures are long
+    # the runaway's regime (EXPERIMENTS.md, lesson 4): chains and searches, whose failures are long
     "mixed_search": ((4, 3, 2, 1), 0.5),  # its warm start
     "medium_search": ((0, 1, 1, 0), 0.75),  # its RL problems; it is evaluated on medium's chains
 }
