@@ -3,6 +3,7 @@ import argparse
 import json
 import math
 import os
+import re
 
 import pytest
 
@@ -10,6 +11,7 @@ import experiments
 import plot
 import train
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.mark.parametrize("name", list(experiments.EXPERIMENTS))
 def test_every_experiment_parses_as_train_flags(name, capsys):
@@ -39,6 +41,21 @@ def test_each_comparison_figure_has_few_enough_curves_to_follow():
     for fig, (names, metrics) in experiments.COMPARISONS.items():
         assert len(names) <= 4, fig  # at most four curves a panel
         assert len(names) <= 2 or "+" not in metrics, fig  # a+b draws two curves a run
+
+
+def test_the_figures_the_pages_show_are_in_figures_and_none_there_is_stale():
+    """Each figures/NAME.png that README.md, EXPERIMENTS.md or docs/ show is there, and each
+    exp_*.png there is one that experiments.py's COMPARISONS still makes (python
+    experiments.py table re-makes them all from runs/exp; a renamed figure leaves a stale one)."""
+    shown = set()
+    for page in ("README.md", "EXPERIMENTS.md", "docs/book_model.md", "docs/performance.md"):
+        with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+            shown |= set(re.findall(r"figures/([\w.-]+\.png)", f.read()))
+    there = set(os.listdir(os.path.join(ROOT, "figures")))
+    made = {f"exp_{name}.png" for name in experiments.COMPARISONS}
+    assert not shown - there, f"shown but not in figures/: {sorted(shown - there)}"
+    stale = {name for name in there if name.startswith("exp_")} - made
+    assert not stale, f"figures/ holds figures experiments.py no longer makes: {sorted(stale)}"
 
 
 def write_run(folder, evals, reward=lambda s: s / 20, tail=""):
