@@ -28,7 +28,8 @@ from tokenizer import build_tokenizer, decode_completions, encode_prompt, stop_t
 @torch.no_grad()
 def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256, fallback="none", sampler=None):
     """Greedy accuracy and share of completions in think format on a list of problems
-    (the whole list on every rank: each answers its share, the counts are summed).
+    (the whole list on every rank: each answers its share, the counts are summed), and
+    this rank's answers: [(problem, completion, 1.0 if right else 0.0)], in order.
     fallback: what an answer without a box counts as (rewards.final_answer; "number" is
     the book's MATH-500 evaluation). sampler: dict(temperature, top_k, top_p, generator)
     draws one answer per problem as training samples them, instead of greedily: greedy
@@ -36,18 +37,19 @@ def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256, fallback="
     everywhere else (EXPERIMENTS.md, lesson 4)."""
     was_training = model.training
     model.eval()
-    correct = fmt = 0
+    answers = []  # (problem, completion, 1.0 if right else 0.0) for this rank's problems, in order
     mine = problems[distributed.rank()::distributed.world()]  # all of them in one process
     for i in range(0, len(mine), batch_size):
         chunk = mine[i:i + batch_size]
         prompts = [encode_prompt(enc, p.prompt) for p in chunk]
         out = generate(model, prompts, max_new_tokens, stop_tokens(enc), greedy=sampler is None, **(sampler or {}))
         for text, p in zip(decode_completions(enc, out.tokens, out.mask, max(map(len, prompts))), chunk):
-            correct += rewards.correctness_reward(text, p.answer, fallback)
-            fmt += rewards.format_reward(text)
+            answers.append((p, text, rewards.correctness_reward(text, p.answer, fallback)))
     model.train(was_training)
+    correct = sum(right for _, _, right in answers)
+    fmt = sum(rewards.format_reward(text) for _, text, _ in answers)
     correct, fmt = distributed.all_sum(torch.tensor([correct, fmt], dtype=torch.float64)).tolist()
-    return {"accuracy": correct / len(problems), "format": fmt / len(problems)}
+    return {"accuracy": correct / len(problems), "format": fmt / len(problems), "answers": answers}
 
 
 @torch.no_grad()

@@ -262,17 +262,23 @@ def run_summary(rows):
     sampled = [r["eval_sampled_acc"] for r in rows if "eval_sampled_acc" in r]
     out["sampled_peak"], out["sampled_final"] = (max(sampled), sampled[-1]) if sampled else (None, None)
     out["ln_vocab"] = next((r["ln_vocab"] for r in rows if "ln_vocab" in r), float("nan"))
-    out["entropy_peak"] = max(trailing_means(rows, "entropy"), default=float("nan"))
-    out["truncated_peak"] = max(trailing_means(rows, "truncated_frac"), default=float("nan"))
+    out["entropy_peak"] = highest_trailing_mean(rows, "entropy")
+    out["truncated_peak"] = highest_trailing_mean(rows, "truncated_frac")
     out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
     out["moves"] = first_moves(rows)
     return out
 
 
 def trailing_means(rows, key, window=20):
-    """The trailing `window`-step means of a metric, one per step from the window-th on."""
-    values = [r[key] for r in rows if r.get("step", 0) > 0 and plot.is_number(r.get(key))]
-    return [sum(values[i - window:i]) / window for i in range(window, len(values) + 1)]
+    """(steps, means): the trailing `window`-step mean of a metric at each step it was logged
+    (over fewer steps before the window-th), by plot.moving_average."""
+    steps, values = plot.series([r for r in rows if r.get("step", 0) > 0], key)
+    return steps.astype(int).tolist(), plot.moving_average(values, window=window).tolist()
+
+
+def highest_trailing_mean(rows, key, window=20):
+    """The highest trailing `window`-step mean of a metric over whole windows (nan: fewer steps)."""
+    return max(trailing_means(rows, key, window)[1][window - 1:], default=float("nan"))
 
 
 MOVERS = [("kl", 2.0), ("entropy", 2.0), ("sampler_gap", 2.0), ("resp_len", 1.5), ("ratio_max", 2.0)]  # (metric, factor)
@@ -290,9 +296,8 @@ def first_moves(rows, window=20):
     peak_step, peak = max(evals, key=lambda e: e[1])
     out = {"eval_acc": next((s for s, a in evals if s > peak_step and a <= peak - 0.10), None)}
     for key, factor in MOVERS:
-        logged = [(r["step"], abs(r[key])) for r in rows if r.get("step", 0) > 0 and plot.is_number(r.get(key))]
-        trailing = [(s, sum(v for _, v in logged[max(0, i - window + 1):i + 1]) / min(window, i + 1))
-                    for i, (s, _) in enumerate(logged)]
+        absolute = [{"step": r["step"], key: abs(r[key])} for r in rows if plot.is_number(r.get(key))]
+        trailing = list(zip(*trailing_means(absolute, key, window)))  # [(step, mean)]
         at_peak = [m for s, m in trailing if s <= peak_step]
         ref = at_peak[-1] if at_peak else None
         out[key] = next((s for s, m in trailing if s > peak_step and ref and m >= factor * ref), None)
@@ -398,8 +403,8 @@ def main(args):
         found = list(EXPERIMENTS) if name == "all" else LESSONS[name][0] if name in LESSONS else [name]
         for n in found:
             if n not in EXPERIMENTS:
-                raise SystemExit(f"experiments.py: error: unknown experiment {n!r}; choose from all, table, "
-                                 f"{', '.join(LESSONS)}, {', '.join(EXPERIMENTS)}")
+                raise ValueError(f"unknown experiment {n!r}; choose from all, table, {', '.join(LESSONS)}, "
+                                 f"{', '.join(EXPERIMENTS)}")
             names += [n] if n not in names else []
     if names:
         t0 = time.time()
@@ -430,4 +435,7 @@ if __name__ == "__main__":
         ap.error("name an experiment, a lesson, 'all', 'table' or --list")
     if args.jobs < 1 or args.nproc < 1:
         ap.error("--jobs and --nproc must be >= 1")
-    main(args)
+    try:
+        main(args)
+    except ValueError as e:  # a usage error: exit 2, as argparse's own
+        ap.exit(2, f"experiments.py: error: {e}\n")

@@ -14,6 +14,8 @@ still being written, or on runs copied from another machine.
     python plot.py runs/exp/clip runs/exp/baseline   # experiments with seed0/, seed1/, ...:
                                             # mean over seeds with a min..max band each
     python plot.py runs/x runs/y --band     # any runs as seeds of one experiment
+    python plot.py runs/A --samples         # print the answers to a few held-out problems at
+                                            # each evaluation: the policy's writing, changing
 
 Seeds. A folder without metrics.jsonl whose seed<k>/ subfolders have one is an
 experiment run over several seeds (experiments.py writes them so); so are seed<k>
@@ -106,6 +108,11 @@ PANELS = {
         ("held-out accuracy, sampled as the rollouts are", "bars", ["eval_sampled_acc"]),
     ],
 }
+# A metric whose every value lies below its floor here is float rounding, not a signal: its panel
+# is drawn from 0 to the floor and says so (sampler_gap: the KV-cache sampler and the learner's
+# forward are the same policy computed twice, ~1e-7 nats apart, when nothing else separates them)
+NO_GAP = (1e-5, "all below 1e-5: float rounding,\nthe sampler is the learner (no gap)")
+NOISE_FLOOR = {"sampler_gap": NO_GAP}
 FIGSIZE = {1: (6, 3.6), 2: (10, 3.6), 4: (9, 6.5)}  # inches, by number of subplots
 # characters per inch of figure width, with a margin: the 12-point title wraps at it, and the
 # 9-point legend takes as many columns as its longest label (plus its line) leaves room for
@@ -236,10 +243,11 @@ def trailing_window(n, frac):
     return np.maximum(1, np.floor(frac * (i + 1) + 1e-9).astype(int))  # (n,)
 
 
-def moving_average(values, frac=0.25):
-    """Trailing mean of the last w_i values at each point i (see trailing_window)."""
+def moving_average(values, frac=0.25, window=None):
+    """Trailing mean of the last w_i values at each point i: w_i from trailing_window, or
+    with a fixed window, min(window, i + 1) (experiments.py's 20-step means)."""
     x = np.asarray(values, dtype=float)  # (n,)
-    w = trailing_window(len(x), frac)  # (n,)
+    w = trailing_window(len(x), frac) if window is None else np.minimum(window, np.arange(1, len(x) + 1))  # (n,)
     c = np.concatenate([[0.0], np.cumsum(x)])  # (n+1,) c[k] = sum of x[:k]
     end = np.arange(1, len(x) + 1)  # (n,) one past the last value in each window
     return (c[end] - c[end - w]) / w  # (n,)
@@ -361,6 +369,10 @@ def draw_subplot(ax, runs, title, kind, keys, frac):
     ax.set_title(title, fontsize=11)
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
+    floors = [NOISE_FLOOR[k] for k in keys if k in NOISE_FLOOR]
+    if drawn and floors and all(abs(v) < floors[0][0] for _, recs in runs for k in keys for v in series(recs, k)[1]):
+        ax.set_ylim(0, floors[0][0])
+        ax.text(0.5, 0.5, floors[0][1], transform=ax.transAxes, ha="center", va="center", color="grey", fontsize=10)
     if not drawn:
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center",
                 color="grey", fontsize=12)
@@ -393,6 +405,9 @@ def build_figure(runs, subplots, frac, suptitle):
         ax.set_visible(False)
     fig.suptitle(textwrap.fill(suptitle, int(figsize[0] * TITLE_CHARS_PER_INCH)), fontsize=12)
     figure_legend(fig, axes.flat[:n], [name for name, _ in runs], figsize[0])
+    # the constrained layout settles in two passes: the tick labels it made room for in the first
+    # can change once the panels shrink (0.20 -> 0.200), and would be cut at the edge
+    fig.canvas.draw()
     return fig
 
 
@@ -432,8 +447,59 @@ def split_list(s):
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
+# ----------------------------------------------------------------------------------
+# --samples: the answers changing over training
+
+
+def answer_lines(folder):
+    """The lines of `--samples` for one run folder: each held-out problem of its
+    answers.jsonl, then its answer at each evaluated step (and the sampled one, where the
+    run logged it). RunError with the command that makes them when there are none."""
+    path = os.path.join(folder, "answers.jsonl")
+    records = [r for r in read_metrics(path) if isinstance(r.get("prompt"), str)] if os.path.isfile(path) else []
+    if not records:
+        raise RunError(f"{folder} has no answers.jsonl: train.py writes it at each evaluation (--eval-answers N, "
+                       f"default 3), e.g. python train.py --run-name NAME")
+    problems = {}  # prompt -> its records, in the order logged
+    for r in records:
+        problems.setdefault(r["prompt"], []).append(r)
+    lines = [f"{folder}: answers to {len(problems)} held-out problems at each evaluation (right / wrong)"]
+    for prompt, recs in problems.items():
+        lines += ["", f"{prompt.strip()}   (answer {recs[0].get('answer')})"]
+        for r in recs:
+            for kind in ("greedy", "sampled"):
+                if isinstance(r.get(kind), str):
+                    mark = "right" if r.get(kind + "_correct") else "wrong"
+                    lines.append(f"  step {int(r['step']):4d} {kind:7s} {mark}  {one_line(r[kind])}")
+    return lines
+
+
+def one_line(text, width=160):
+    """A completion on one line: newlines shown as \\n, a long one cut in its middle."""
+    text = text.replace("\n", "\\n")
+    if len(text) <= width:
+        return text
+    return f"{text[:width // 2]} ... ({len(text) - width:,} characters) ... {text[-width // 2:]}"
+
+
+def print_answers(folders):
+    """--samples: every run folder's answer_lines (an experiment folder: each of its seeds)."""
+    for folder in folders:
+        for run in seed_folders(folder) or [os.path.normpath(folder)]:
+            if not os.path.isdir(run):
+                raise RunError(f"run folder not found: {run}")
+            print("\n".join(answer_lines(run)) + "\n")
+
+
 def main(args):
     """Write the PNGs; returns their paths. Exits with code 2 on a missing run or metrics file."""
+    if args.samples:
+        try:
+            print_answers(args.runs)
+        except RunError as e:
+            print(f"plot.py: error: {e}", file=sys.stderr)
+            sys.exit(2)
+        return []
     try:
         runs = load_runs(args.runs, args.band)
     except (RunError, OSError) as e:
@@ -495,6 +561,9 @@ def build_parser():
                         "None writes <first RUN>/plot_<group>.png")
     p.add_argument("--band", action="store_true",
                    help="draw all RUNs as seeds of one experiment: their mean, in a min..max band")
+    p.add_argument("--samples", action="store_true",
+                   help="print each run's answers to its fixed held-out problems at every evaluation "
+                        "(answers.jsonl), instead of drawing")
     p.add_argument("--smooth", type=parse_smooth, default=0.25,
                    help="moving-average window as a fraction of the points so far "
                         "(trailing; 0 = raw values only)")

@@ -143,7 +143,13 @@ def book_format_reward(completion: str) -> float:
     return 1.0 if 0 <= start < close else 0.0
 
 
-FORMAT_CHECKS = {"strict": format_reward, "book": book_format_reward}  # --format-check
+def boxed_format_reward(completion: str) -> float:
+    """The format term of the book's gdpo.py (`reward_with_format_bonus`): 1.0 if the
+    completion holds a complete `\\boxed{...}` (as extract_boxed reads the last one)."""
+    return 1.0 if extract_boxed(completion) is not None else 0.0
+
+
+FORMAT_CHECKS = {"strict": format_reward, "book": book_format_reward, "boxed": boxed_format_reward}  # --format-check
 
 
 def overlong_penalty(n_tokens: int, max_len: int, cache_len: int) -> float:

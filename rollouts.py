@@ -3,7 +3,9 @@
     problems -> generate (decoding.py) -> decode -> rewards.score -> Rollouts
 
 `Rollouts` declares, once and with shapes, everything a GRPO step reads about its
-samples; the target shift (`tokens[:, 1:]`, the completion mask) is done here, once.
+samples. Its masks over the targets `tokens[:, 1:]` (which target is a completion token,
+`loss_mask`; the sampler's log-probs of each) are made here, once; grpo.token_logprobs
+feeds `tokens[:, :-1]` to the model and scores those same targets.
 Then the row plumbing for grpo.py (keeping whole groups, stacking rounds of different
 lengths, splitting a batch into minibatches of groups), and at the end `sample_batch`,
 one step's rollouts with DAPO's dynamic sampling (keep only groups whose rewards differ).
@@ -19,7 +21,8 @@ from tokenizer import decode_completions, encode_prompt, stop_tokens
 
 @dataclass
 class Rollouts:
-    """One step's data. B = n_prompts * G rows; the G samples of a prompt are adjacent."""
+    """One step's data: B = n_groups * G rows, the G samples of a prompt adjacent. n_groups is
+    the step's n_prompts, or fewer when dynamic sampling ran out of rounds (sample_batch)."""
     tokens: torch.Tensor        # (B, L) prompt (left-padded to prompt_len), completion (right-padded)
     mask: torch.Tensor          # (B, L) real tokens
     loss_mask: torch.Tensor     # (B, T = L - 1) target tokens[:, 1:] is a completion token: the shift, done once
@@ -33,16 +36,16 @@ class Rollouts:
     prompt_len: int             # P
 
 
-def rollout(model, enc, problems, cfg, generator):
-    """Sample G completions for each problem and score them -> Rollouts."""
+def rollout(policy, enc, problems, cfg, generator):
+    """Sample G completions for each problem from policy and score them -> Rollouts."""
     repeated = [p for p in problems for _ in range(cfg.group_size)]  # each prompt G times, adjacent
     prompts = [encode_prompt(enc, p.prompt) for p in repeated]
     stop = stop_tokens(enc)  # <|endoftext|>; for the reasoning Qwen3 <|im_end|> too
-    model.eval()
+    policy.eval()
     tokens, mask, sampler_logp, sampler_entropy, support = generate(
-        model, prompts, cfg.max_new_tokens, stop, cfg.temperature, cfg.top_k, cfg.top_p, generator,
+        policy, prompts, cfg.max_new_tokens, stop, cfg.temperature, cfg.top_k, cfg.top_p, generator,
         keep_support=cfg.keep_sampling_mask)
-    model.train()
+    policy.train()
     P = max(map(len, prompts))
     loss_mask = mask[:, 1:].clone()  # (B, T)
     loss_mask[:, :P - 1] = False  # targets before position P are prompt (or padding)
@@ -123,7 +126,7 @@ def zero_variance_groups(rewards, G):
     return (r == r[:, :1]).all(1)
 
 
-def sample_batch(model, enc, next_problems, n_prompts, cfg, generator):
+def sample_batch(policy, enc, next_problems, n_prompts, cfg, generator):
     """Rollouts for n_prompts prompts (under torchrun, this rank's share). With dynamic
     sampling (DAPO), groups without reward variance are dropped and more prompts drawn,
     up to max_sampling_rounds rounds. Returns (Rollouts, (n_groups_sampled,) bool: which
@@ -131,7 +134,7 @@ def sample_batch(model, enc, next_problems, n_prompts, cfg, generator):
     """
     G, parts, kept, zeros = cfg.group_size, [], 0, []
     for _ in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
-        part = rollout(model, enc, [next_problems() for _ in range(n_prompts)], cfg, generator)
+        part = rollout(policy, enc, [next_problems() for _ in range(n_prompts)], cfg, generator)
         zero = zero_variance_groups(part.rewards["total"], G)
         zeros.append(zero)
         if not cfg.dynamic_sampling:

@@ -1,19 +1,113 @@
-"""A step's statistics over every rank's rows: what grpo_step logs, reduced once at the end.
+"""What a GRPO step logs: `update_stats` (each update), `batch_stats` (each batch of rollouts),
+and `StepStats`, which keeps them over every rank's rows and reduces them once at the end.
 
     stats = StepStats()
     stats.next_update()
     stats.mean("entropy", entropy, mask)     # recorded as this rank's parts: a sum and a count
     stats.result()                           # {name: float}, the same on every rank
 
-How each statistic is kept and merged over updates is decided here; the all-reduces are
-distributed.py's `all_sum` and `all_max`. In one process every number is the plain torch
-formula (tests/test_grpo_step.py::test_step_stats_match_the_direct_formulas).
+docs/metrics.md says what each logged number means, what it looks like in the default run,
+and which lesson shows it going wrong. How each statistic is kept and merged over updates
+is decided here; the all-reduces are distributed.py's `all_sum` and `all_max`. In one
+process every number is the plain torch formula
+(tests/test_grpo_step.py::test_step_stats_match_the_direct_formulas).
 """
 import math
 
 import torch
 
 from distributed import all_max, all_sum
+
+MAX_LOG = 20.0  # a log-ratio is clamped here before exp (e^20 ~ 5e8): exp cannot overflow
+
+
+def safe_exp(log_x):
+    """exp(log_x), log_x clamped at MAX_LOG: a ratio of probabilities that cannot overflow."""
+    return torch.exp(log_x.clamp(max=MAX_LOG))
+
+
+@torch.no_grad()
+def update_stats(stats, objective, logp, old_logp, entropy, mask, grad_norm, kept=None):
+    """Record one update: the loss terms, the gradient norm, the learner's entropy, and how
+    far the policy has drifted from the one that sampled: the ratio's mean / min / max, the
+    share of tokens where each side of the objective's clip binds (clip_frac: either), the
+    approximate KL to pi_old (verl's ppo_kl: mean of old_logp - logp), and with off-policy
+    masking the share of answers it dropped. objective: grpo.Objective; the rest (b, T)
+    but kept (b,), as grpo_step holds them."""
+    for name, value in objective.terms.items():
+        stats.mean(name, value)
+    stats.mean("grad_norm", grad_norm)
+    m, r = mask.bool(), objective.ratio.expand_as(logp)  # (B, T) each
+    low, high = objective.clipped_low.expand_as(m), objective.clipped_high.expand_as(m)  # (B, T) each
+    stats.mean("ratio_mean", r, m)
+    stats.min("ratio_min", r, m, default=1.0)
+    stats.max("ratio_max", r, m, default=1.0)
+    stats.mean("clip_frac_low", low, m)
+    stats.mean("clip_frac_high", high, m)
+    stats.mean("clip_frac", low | high, m)
+    stats.mean("ppo_kl", old_logp - logp, m)
+    stats.mean("entropy", entropy, m)
+    if kept is not None:
+        stats.mean("off_policy_masked_frac", 1 - kept)
+
+
+@torch.no_grad()
+def batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask):
+    """Record a sampled batch (rollouts.Rollouts): rewards (every term rewards.score
+    returns), advantages, lengths (of the right and the wrong answers too), zero-variance
+    groups, and the sampler-learner gap with what the policy gradient makes of it (pg_k1).
+    adv (B,), zero_std_groups (n_groups,), old_logp and loss_mask (B, T)."""
+    for name, r in batch.rewards.items():
+        stats.mean("reward" if name == "total" else "reward_" + name, r)
+    stats.std("reward_std", batch.rewards["total"])
+    stats.mean("adv_mean", adv)
+    stats.std("adv_std", adv)
+    stats.mean("zero_std_frac", zero_std_groups)
+    lengths = batch.loss_mask.sum(1)  # (B,)
+    stats.mean("resp_len", lengths)
+    stats.max("resp_len_max", lengths)
+    stats.mean("truncated_frac", batch.truncated)
+    correct = batch.rewards["correct"] > 0  # (B,)
+    stats.mean("resp_len_correct", lengths, correct, default=None)  # long wrong answers feed pg_k1
+    stats.mean("resp_len_wrong", lengths, ~correct, default=None)
+    stats.count("n_tokens", batch.mask)
+    # The sampler and the learner should describe one distribution; with top-p / top-k or a
+    # learner temperature of its own they do not. Logged whether or not --tis-cap corrects for
+    # it: the gap, the uncapped weight pi_old / pi_sampler, and the sampler's own entropy (the
+    # learner's is "entropy"): a learner that flattens while the sampler hides it.
+    m = loss_mask.bool()
+    gap = old_logp - batch.sampler_logp  # (B, T)
+    w = safe_exp(gap)  # (B, T) the TIS weight before its cap
+    stats.mean("sampler_gap", gap.abs(), m)
+    stats.min("tis_weight_min", w, m, default=1.0)
+    stats.mean("tis_weight_mean", w, m, default=1.0)
+    stats.max("tis_weight_max", w, m, default=1.0)
+    stats.mean("sampler_entropy", batch.sampler_entropy, m)
+    push, mismatch = pg_as_k1(adv, batch.sampler_logp, old_logp, m)  # (B,) each
+    stats.mean("mismatch", mismatch)
+    stats.ratio("pg_k1", push, mismatch, MIN_MISMATCH)
+
+
+MIN_MISMATCH = 1e-3  # nats per answer: below it the sampler is the learner, and pg_k1 is a ratio of noises
+
+
+def pg_as_k1(adv, sampler_logp, old_logp, mask):
+    """The policy gradient's own naive KL: (push, mismatch), each (B,), summed as pg_k1.
+
+    Answers drawn from a sampler q that is not the learner pi (the book samples at T 0.8 with
+    top-p 0.9 and scores at T 1): descending on -A_i log pi(y_i) then does, besides
+    reinforcing, what the book's k1 term beta * log pi(y_i) does. At each token the score
+    log pi(y) averages, over y ~ q, to a push of pi towards q, whose size grows with how
+    far q is from pi there; a negative advantage reverses it, flattening pi away from the
+    sharper q. With M_i = sum_t (log q - log pi)(y_t), answer i's sampled mismatch, the
+    policy gradient acts as a k1 with
+        pg_k1 = -sum_i A_i M_i / sum_i M_i
+    > 0 when the wrong answers carry more of the mismatch than the right ones (long wrong
+    answers, as in the book's 7_3 log: it flattens, as the book's KL does), < 0 when the
+    right ones do (it sharpens). EXPERIMENTS.md (lesson 4) sets it beside the book's k1.
+    """
+    mismatch = ((sampler_logp - old_logp) * mask).sum(1)  # (B,)
+    return -adv * mismatch, mismatch
 
 
 class StepStats:
@@ -29,16 +123,16 @@ class StepStats:
     """
 
     def __init__(self):
-        self.update = 0
+        self.n_updates = 0  # updates recorded so far; a statistic is kept per update
         self.sums = {}  # (name, update) -> (kind, float64 tensor of parts, default if no rank has any)
         #              kind: "mean", "std", "count", or ("ratio", min_mean_den)
         self.maxima = {}  # name -> (sign, this rank's max so far as a 0-d float64 tensor, default)
 
     def next_update(self):
-        self.update += 1
+        self.n_updates += 1
 
     def _add(self, name, kind, parts, default=0.0):
-        self.sums[name, self.update] = (kind, torch.stack([torch.as_tensor(p).detach().double() for p in parts]),
+        self.sums[name, self.n_updates] = (kind, torch.stack([torch.as_tensor(p).detach().double() for p in parts]),
                                         default)
 
     def mean(self, name, x, mask=None, default=0.0):
@@ -80,17 +174,21 @@ class StepStats:
         per_update, at = {}, 0  # name -> its value in each update
         for (name, _), (kind, parts, default) in self.sums.items():
             p, at = sums[at:at + len(parts)], at + len(parts)
-            if kind == "count":
-                value = int(p[0])
-            elif isinstance(kind, tuple):  # ("ratio", min_mean_den)
-                value = p[0] / p[1] if p[2] > 0 and p[1] > kind[1] * p[2] else default
-            elif kind == "mean":
-                value = p[0] / p[1] if p[1] > 0 else default
-            else:  # std from the sum, the sum of squares and the count
-                value = math.sqrt(max(p[1] - p[0] ** 2 / p[2], 0.0) / (p[2] - 1)) if p[2] > 1 else default
-            per_update.setdefault(name, []).append(value)
+            per_update.setdefault(name, []).append(_value(kind, p, default))
         # one update: its value as it is (a count stays an int); several: their mean
         out = {name: v[0] if len(v) == 1 else sum(v) / len(v) for name, v in per_update.items()}
         for (name, (sign, _, default)), v in zip(self.maxima.items(), maxima):
             out[name] = sign * v if math.isfinite(v) else default
         return out
+
+
+def _value(kind, p, default):
+    """A statistic from its parts, summed over the ranks (StepStats.result)."""
+    if kind == "count":
+        return int(p[0])
+    if isinstance(kind, tuple):  # ("ratio", min_mean_den)
+        return p[0] / p[1] if p[2] > 0 and p[1] > kind[1] * p[2] else default
+    if kind == "mean":
+        return p[0] / p[1] if p[1] > 0 else default
+    # std from the sum, the sum of squares and the count
+    return math.sqrt(max(p[1] - p[0] ** 2 / p[2], 0.0) / (p[2] - 1)) if p[2] > 1 else default

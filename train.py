@@ -20,6 +20,7 @@ rollouts sample). Everything lands in runs/<name>/:
     config.json      every resolved flag, package versions, device
     metrics.jsonl    one JSON object per step (eval_acc, eval_sampled_acc on eval steps; ln_vocab at step 0)
     samples.jsonl    a few prompts with completions and rewards every --samples-every steps
+    answers.jsonl    the answers to --eval-answers fixed held-out problems at each evaluation
     ckpt_latest.pt   model + optimizer, for --resume; ckpt_step<N>.pt at each eval (with --model:
                      model_step<N>/, a Hugging Face folder; --keep-checkpoints N keeps the latest N)
 Crash safety: checkpoints are written to a temp file and renamed, one flushed line per
@@ -43,6 +44,7 @@ from dataclasses import asdict, fields
 
 import torch
 
+import config
 import distributed
 import grpo
 import rewards
@@ -69,8 +71,8 @@ def get_parser():
     g.add_argument("--seed", type=int, default=0, help="seeds problems, sampling and init")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
     g.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see docs/performance.md, Sampling and training speed)")
-    g.add_argument("--recipe", default=None, choices=list(grpo.RECIPES),
-                   help="a named set of GRPO flags (grpo.RECIPES); flags given explicitly still win")
+    g.add_argument("--recipe", default=None, choices=list(config.RECIPES),
+                   help="a named set of GRPO flags (config.RECIPES); flags given explicitly still win")
     g.add_argument("--print-config", action="store_true", help="print the resolved GRPO flags and exit")
     g = ap.add_argument_group("task and evaluation")
     g.add_argument("--level", default="medium", help=f"difficulty of RL problems ({', '.join(tasks.LEVELS)})")
@@ -83,6 +85,9 @@ def get_parser():
                         "(--temperature, --top-p, --top-k), where greedy decoding hides a flattened learner")
     g.add_argument("--eval-every", type=int, default=10, help="evaluate (greedy) every N steps")
     g.add_argument("--samples-every", type=int, default=10, help="log a few completions every N steps")
+    g.add_argument("--eval-answers", type=int, default=3, metavar="N",
+                   help="at each evaluation, write the answers to the first N held-out problems to answers.jsonl "
+                        "(python plot.py RUN --samples shows them changing)")
     g.add_argument("--save-every", type=int, default=5, help="write ckpt_latest.pt every N steps")
     g.add_argument("--keep-checkpoints", type=int, default=0, metavar="N",
                    help="keep only the N latest saves made at evaluations (model_step<N>/ folders of --model, about "
@@ -112,7 +117,7 @@ def get_parser():
                    help="an evaluated answer without \\boxed{}: none counts it wrong (the training reward's rule); "
                         "number takes its last number, else the whole text (the book's MATH-500 evaluation, ch03 "
                         "extract_final_candidate's number_then_full)")
-    add_config_flags(ap, grpo.GRPOConfig)
+    add_config_flags(ap, config.GRPOConfig)
     # the flags typed on the command line (parse_args fills it in): only those get a warning
     # when they can do nothing, never a value a recipe or a default set
     ap.set_defaults(typed_flags=[])
@@ -139,7 +144,7 @@ def parse_args(argv=None):
     ap = get_parser()
     recipe = ap.parse_known_args(argv)[0].recipe
     if recipe:
-        ap.set_defaults(**grpo.RECIPES[recipe])
+        ap.set_defaults(**config.RECIPES[recipe])
     args = ap.parse_args(argv)
     args.typed_flags = typed_flags(argv)
     return ap, args
@@ -157,7 +162,7 @@ def typed_flags(argv=None):
 
 def grpo_config(args):
     """The GRPOConfig fields, taken from the flags of the same names."""
-    return grpo.GRPOConfig(**{f.name: getattr(args, f.name) for f in fields(grpo.GRPOConfig)})
+    return config.GRPOConfig(**{f.name: getattr(args, f.name) for f in fields(config.GRPOConfig)})
 
 
 def check_args(args):
@@ -183,6 +188,11 @@ def check_args(args):
         raise ValueError("--group-size must be >= 2: a group of one has no relative advantage")
     if not (args.temperature > 0 and 0 < args.top_p <= 1 and args.lr > 0):
         raise ValueError("need --temperature > 0, 0 < --top-p <= 1 and --lr > 0")
+    if args.learner_temperature is not None and not args.learner_temperature > 0:
+        raise ValueError(f"--learner-temperature must be > 0 (it divides the learner's logits), "
+                         f"got {args.learner_temperature}")
+    if args.eval_answers < 0:
+        raise ValueError(f"--eval-answers must be >= 0, got {args.eval_answers}")
     if args.clip < 0 or (args.clip_high is not None and args.clip_high < 0):
         raise ValueError("--clip and --clip-high must be >= 0")
     if args.tis_cap < 0 or args.off_policy_mask < 0:
@@ -279,14 +289,14 @@ def load_init(args):
             raise ValueError(f"no warm start at {args.init}: build it first with python sft.py")
         print(f"no warm start at {args.init}: building it once (python sft.py), then GRPO")
         sft.main(sft.get_parser().parse_args(["--out", args.init, "--threads", str(args.threads)]))
-    model, ckpt = load_checkpoint(args.init)
+    policy, ckpt = load_checkpoint(args.init)
     for key in ("tokenizer", "task"):
         if key not in ckpt:
             raise CheckpointError(f"{args.init} has no {key} spec: not a warm-start checkpoint of this project")
     enc = build_tokenizer(ckpt["tokenizer"])
-    if enc.n_vocab != model.cfg.vocab_size:
-        raise CheckpointError(f"{args.init}: tokenizer has {enc.n_vocab} tokens but the model {model.cfg.vocab_size}")
-    return model, enc, ckpt
+    if enc.n_vocab != policy.cfg.vocab_size:
+        raise CheckpointError(f"{args.init}: tokenizer has {enc.n_vocab} tokens but the model {policy.cfg.vocab_size}")
+    return policy, enc, ckpt
 
 
 def load_book_model(args, device):
@@ -361,6 +371,7 @@ def truncate_metrics(path, last_step):
     os.replace(path + ".tmp", path)
 
 
+RUN_LOGS = ("metrics.jsonl", "samples.jsonl", "answers.jsonl")  # one JSON line per step (or per answer) each
 SAVED = re.compile(r"model_step(\d+)|ckpt_step(\d+)\.pt")  # what evaluate_and_save writes
 
 
@@ -390,6 +401,16 @@ def format_line(step, total, s, elapsed_per_step):
             f"| {s['tokens_per_s']:,.0f} tok/s | ETA {eta / 60:.1f}m")
 
 
+def log_answers(path, step, ev, ev_sampled, n):
+    """The answers to the first n held-out problems at this evaluation, one line each: the
+    greedy one, and the sampled one with --eval-sampled (`python plot.py RUN --samples`)."""
+    for i, (p, text, right) in enumerate(ev["answers"][:n]):
+        line = {"step": step, "prompt": p.prompt, "answer": p.answer, "greedy": text, "greedy_correct": right}
+        if ev_sampled is not None:
+            line.update(sampled=ev_sampled["answers"][i][1], sampled_correct=ev_sampled["answers"][i][2])
+        append_jsonl(path, line)
+
+
 def log_samples(path, step, batch, G, n=4):
     """The first completion of the first n groups, with every reward component."""
     for i in range(0, min(len(batch.texts), n * G), G):
@@ -417,62 +438,65 @@ def main(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     if args.model:  # the book's Qwen3, in its dtype
-        (model, enc), init_ckpt = load_book_model(args, device), None
+        (policy, enc), init_ckpt = load_book_model(args, device), None
     else:
-        model, enc, init_ckpt = load_init(args)
+        policy, enc, init_ckpt = load_init(args)
         check_task_fit(args, enc, init_ckpt)
-        model.to(device)
+        policy.to(device)
     pool, evalset = task_sets(args, log)  # before the run folder exists: a bad data file leaves nothing behind
     cfg = grpo_config(args)
-    ref_model = None
+    ref_policy = None
     if cfg.kl > 0:  # a frozen copy of the warm start; none at all when beta = 0
-        ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
+    opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     if state is not None:
-        model.load_state_dict(state["model"])
+        policy.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
     # DDP for the training forward only (its backward averages the gradients over the ranks);
-    # sampling and evaluation use `model` itself. DDP also copies rank 0's weights to all.
-    trained = distributed.wrap(model)
+    # sampling and evaluation use `policy` itself. DDP also copies rank 0's weights to all.
+    policy_ddp = distributed.wrap(policy)
     os.makedirs(run_dir, exist_ok=True)
-    metrics_path, samples_path = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "samples.jsonl")
-    config = {**vars(args), "grpo": asdict(cfg), "device": device,
+    metrics_path, samples_path, answers_path = (os.path.join(run_dir, name) for name in RUN_LOGS)
+    run_config = {**vars(args), "grpo": asdict(cfg), "device": device,
               "dtype": "bfloat16 autocast" if device == "cuda" else "float32", "versions": versions(),
-              "weights_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+              "weights_dtype": str(next(policy.parameters()).dtype).removeprefix("torch."),
               "run_dir": run_dir, "processes": n_ranks}
     if state is None and rank == 0:
         with open(os.path.join(run_dir, "config.json"), "w") as f:
-            json.dump(config, f, indent=2)
-    log(json.dumps(config, indent=2))
-    log(f"device {device}, dtype {config['dtype']}, run folder {run_dir}, {n_ranks} process(es)")
+            json.dump(run_config, f, indent=2)
+    log(json.dumps(run_config, indent=2))
+    log(f"device {device}, dtype {run_config['dtype']}, run folder {run_dir}, {n_ranks} process(es)")
     if pool is not None:
         log(f"task math: {len(pool)} training problems, {len(evalset)} held out")
     extra = None if init_ckpt is None else {"tokenizer": init_ckpt["tokenizer"], "task": init_ckpt["task"]}
 
     def evaluate_and_save(step, record):
         with autocast(device):
-            ev = evaluate(model, enc, evalset, args.max_new_tokens, args.eval_batch_size, args.eval_fallback)
+            ev = evaluate(policy, enc, evalset, args.max_new_tokens, args.eval_batch_size, args.eval_fallback)
         record.update(eval_acc=ev["accuracy"], eval_format=ev["format"])
-        sampled = ""
+        sampled, ev_sampled = "", None
         if args.eval_sampled:  # one answer a problem as the rollouts draw them; its own seed, so resumes repeat it
             gen = torch.Generator(device=device).manual_seed(step_seed(args.seed, step, rank) + 7919)
             sampler = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen)
             with autocast(device):
-                record["eval_sampled_acc"] = evaluate(model, enc, evalset, args.max_new_tokens, args.eval_batch_size,
-                                                      args.eval_fallback, sampler)["accuracy"]
+                ev_sampled = evaluate(policy, enc, evalset, args.max_new_tokens, args.eval_batch_size,
+                                      args.eval_fallback, sampler)
+            record["eval_sampled_acc"] = ev_sampled["accuracy"]
             sampled = f" | sampled {record['eval_sampled_acc']:.1%}"
+        if rank == 0:
+            log_answers(answers_path, step, ev, ev_sampled, args.eval_answers)
         log(f"eval step {step}: accuracy {ev['accuracy']:.1%}{sampled} | think format {ev['format']:.1%} "
             f"| {time.time() - t_start:.0f}s since start", flush=True)
         if rank == 0 and args.model:  # a Hugging Face folder: loads back with --model
-            save_pretrained(model, os.path.join(run_dir, f"model_step{step}"), tokenizer_from=args.model)
+            save_pretrained(policy, os.path.join(run_dir, f"model_step{step}"), tokenizer_from=args.model)
         elif rank == 0:
-            save_checkpoint(os.path.join(run_dir, f"ckpt_step{step}.pt"), model, extra)
+            save_checkpoint(os.path.join(run_dir, f"ckpt_step{step}.pt"), policy, extra)
         if rank == 0:
             prune_saves(run_dir, args.keep_checkpoints)
 
     if start_step == 0:
         # ln V, the most entropy a token can have: plots and tables say how near the learner gets
-        record = {"step": 0, "time": 0.0, "ln_vocab": math.log(model.lm_head_weight.shape[0])}
+        record = {"step": 0, "time": 0.0, "ln_vocab": math.log(policy.lm_head_weight.shape[0])}
         evaluate_and_save(0, record)
         if rank == 0:
             append_jsonl(metrics_path, record)
@@ -484,24 +508,24 @@ def main(args):
         gen.manual_seed(step_seed(args.seed, step, rank))
         try:
             with autocast(device):
-                batch, stats = grpo.grpo_step(trained, ref_model, opt, enc,
+                batch, metrics = grpo.grpo_step(policy_ddp, ref_policy, opt, enc,
                                               problem_source(args.level, args.seed, step, rank, pool),
                                               args.prompts_per_step // n_ranks, cfg, gen)
         except FloatingPointError as e:
             raise SystemExit(f"step {step}: {e}; stopping. {last_good(args, run_dir, step, saved_step)}")
         step_times.append(time.time() - ts)
-        stats.update(step=step, time=time.time() - t0, lr=args.lr,
-                     tokens_per_s=stats["n_tokens"] / step_times[-1])
-        log(format_line(step, args.steps, stats, sum(step_times) / len(step_times)), flush=True)
+        metrics.update(step=step, time=time.time() - t0, lr=args.lr,
+                       tokens_per_s=metrics["n_tokens"] / step_times[-1])
+        log(format_line(step, args.steps, metrics, sum(step_times) / len(step_times)), flush=True)
         if step % args.eval_every == 0 or step == args.steps:
-            evaluate_and_save(step, stats)  # every rank: each answers its share of the eval set
+            evaluate_and_save(step, metrics)  # every rank: each answers its share of the eval set
         if rank != 0:  # the statistics are global: rank 0 writes them, with its own samples
             continue
         if step % args.samples_every == 0 or step == 1:
             log_samples(samples_path, step, batch, cfg.group_size)
-        append_jsonl(metrics_path, stats)
+        append_jsonl(metrics_path, metrics)
         if (step % args.save_every == 0 or step == args.steps) and not args.model:
-            save_checkpoint(os.path.join(run_dir, "ckpt_latest.pt"), model,
+            save_checkpoint(os.path.join(run_dir, "ckpt_latest.pt"), policy,
                             {**extra, "optimizer": opt.state_dict(), "step": step, "args": vars(args),
                              "processes": n_ranks})
             saved_step = step
@@ -549,7 +573,7 @@ def resume_state(args):
               "--threads and --device apply)", file=sys.stderr)
     check_args(saved)  # before the run folder is touched: a refused run loses nothing
     if distributed.rank() == 0:  # the one writer of the run folder
-        for name in ("metrics.jsonl", "samples.jsonl"):
+        for name in RUN_LOGS:
             truncate_metrics(os.path.join(run_dir, name), state["step"])
         print(f"resuming {run_dir} from step {state['step']}")
         if state.get("processes", 1) != distributed.world():  # allowed (e.g. more GPUs), but say so

@@ -104,7 +104,10 @@ def test_evaluate_counts_the_correct_answers_on_a_hand_built_case(warm_policy, m
     monkeypatch.setattr(evaluation, "generate", generate)
     # the book's fallback reads the unboxed "<think>3*3=9</think>" as 9: right
     out = evaluation.evaluate(model, enc, [c[0] for c in cases], batch_size=2, fallback=fallback)  # three chunks
-    assert out == {"accuracy": pytest.approx(accuracy), "format": pytest.approx(2 / 5)}
+    assert {k: out[k] for k in ("accuracy", "format")} == {"accuracy": pytest.approx(accuracy), "format": pytest.approx(2 / 5)}
+    # each answer, in the problems' order, with what it earned (what train.py writes to answers.jsonl)
+    assert [(p, text) for p, text, _ in out["answers"]] == cases
+    assert sum(right for _, _, right in out["answers"]) == pytest.approx(accuracy * 5)
 
 
 def test_pass_at_k_and_the_reasoned_share_on_a_hand_built_case(warm_policy, monkeypatch):

@@ -4,6 +4,8 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -121,8 +123,9 @@ def test_run_summary_reads_the_runaway_numbers(tmp_path):
     s = experiments.run_summary(rows)
     # the highest 20-step mean: entropy over steps 41..60 (5.05); the cut share over 30..49 (0.5)
     assert s["ln_vocab"] == 5.0 and s["entropy_peak"] == pytest.approx(5.05) and s["truncated_peak"] == 0.5
-    assert experiments.trailing_means(rows, "entropy", window=3)[:2] == pytest.approx([0.2, 0.3])
-    assert experiments.trailing_means(rows[:3], "entropy") == []  # fewer steps than the window
+    steps, means = experiments.trailing_means(rows, "entropy", window=3)
+    assert steps[:4] == [1, 2, 3, 4] and means[:4] == pytest.approx([0.1, 0.15, 0.2, 0.3])  # fewer steps first
+    assert math.isnan(experiments.highest_trailing_mean(rows[:3], "entropy"))  # fewer steps than the window
 
 
 def test_first_moves_says_which_metric_moved_when():
@@ -165,3 +168,12 @@ def test_a_lesson_name_runs_its_experiments(monkeypatch, tmp_path):
     experiments.main(args)
     runs = [(c[c.index("--runs-dir") + 1].rsplit("/", 1)[1], c[c.index("--run-name") + 1]) for c in ran]
     assert runs == [(n, f"seed{s}") for n in experiments.LESSONS["naive_kl"][0] for s in (0, 1)]  # book_kl once
+
+
+def test_an_unknown_name_is_a_usage_error_in_one_line():
+    """exit 2, as argparse's own usage errors and train.py's, naming the lessons and experiments."""
+    out = subprocess.run([sys.executable, "experiments.py", "nosuch"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    assert out.stderr.startswith("experiments.py: error: unknown experiment 'nosuch'; choose from all, table, naive_kl")
+    assert len(out.stderr.splitlines()) == 1

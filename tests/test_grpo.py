@@ -9,7 +9,7 @@ import rollouts
 import tasks
 from grpo import (GRPOConfig, aggregate, clipped_objective, group_advantages, grpo_loss, kl_penalty,
                   policy_ratio)
-from stats import StepStats
+from stats import StepStats, update_stats
 
 
 def surrogate_and_grad(r, A, eps_low=0.2, eps_high=0.2, dual=0.0):
@@ -220,11 +220,11 @@ def test_aggregation_modes_match_hand_formulas():
 
 def loss_and_stats(logp, old, ref, adv, mask, cfg, entropy=None, weight=None):
     """grpo_loss and the ratio statistics that grpo_step logs with it."""
-    loss, terms, ratio, low, high = grpo_loss(logp, old, ref, adv, mask, cfg, entropy, weight)
+    objective = grpo_loss(logp, old, ref, adv, mask, cfg, entropy, weight)
     stats = StepStats()
     no_entropy = torch.zeros_like(logp) if entropy is None else entropy
-    grpo.update_stats(stats, terms, ratio, low, high, logp, old, no_entropy, mask, torch.ones_like(adv), torch.tensor(1.0))
-    return loss, {**terms, **{k: torch.tensor(v) for k, v in stats.result().items()}}
+    update_stats(stats, objective, logp, old, no_entropy, mask, torch.tensor(1.0))
+    return objective.loss, {**objective.terms, **{k: torch.tensor(v) for k, v in stats.result().items()}}
 
 
 def loss_inputs(seed=0, B=6, T=10):

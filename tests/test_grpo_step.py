@@ -13,6 +13,7 @@ import torch
 
 import grpo
 import rollouts
+import stats
 import tasks
 from decoding import generate
 from grpo import GRPOConfig
@@ -181,16 +182,15 @@ def test_logged_statistics_ignore_padding_columns():
     logp, old = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
     adv, mask = torch.randn(4, generator=g), torch.rand(4, 6, generator=g) > 0.3
     cfg = GRPOConfig(clip=0.1)
-    _, _, ratio, low, high = grpo.grpo_loss(logp, old, None, adv, mask, cfg)
     a = StepStats()
-    grpo.update_stats(a, {}, ratio, low, high, logp, old, torch.zeros_like(logp), mask, torch.ones(4), torch.tensor(1.0))
+    stats.update_stats(a, grpo.grpo_loss(logp, old, None, adv, mask, cfg), logp, old, torch.zeros_like(logp), mask,
+                       torch.tensor(1.0), kept=torch.ones(4))
     a = a.result()
     pad = lambda x, v: torch.cat([x, torch.full((4, 3), v, dtype=x.dtype)], 1)  # noqa: E731  3 padding columns
     logp2, old2, mask2 = pad(logp, 5.0), pad(old, -5.0), pad(mask, False)
-    _, _, ratio2, low2, high2 = grpo.grpo_loss(logp2, old2, None, adv, mask2, cfg)
     b = StepStats()
-    grpo.update_stats(b, {}, ratio2, low2, high2, logp2, old2, torch.zeros_like(logp2), mask2, torch.ones(4),
-                      torch.tensor(1.0))
+    stats.update_stats(b, grpo.grpo_loss(logp2, old2, None, adv, mask2, cfg), logp2, old2, torch.zeros_like(logp2),
+                       mask2, torch.tensor(1.0), kept=torch.ones(4))
     b = b.result()
     assert a["clip_frac"] > 0
     for k in a:
@@ -244,14 +244,14 @@ def test_pg_k1_on_a_hand_built_group():
     old = torch.log(torch.tensor([[0.5, 0.9, 0.8, 0.1], [0.5, 0.5, 0.5, 0.5], [0.1, 0.7, 0.2, 0.3]]))
     q = torch.log(torch.tensor([[0.9, 1.0, 0.9, 0.9], [0.2, 0.6, 0.6, 0.6], [0.9, 0.7, 0.9, 0.9]]))
     adv = torch.tensor([1.0, -1.5, 0.5])
-    push, mismatch = grpo.pg_as_k1(adv, q, old, mask)
+    push, mismatch = stats.pg_as_k1(adv, q, old, mask)
     M = [math.log(1 / 0.9) + math.log(0.9 / 0.8), 3 * math.log(0.6 / 0.5), 0.0]
     assert mismatch.tolist() == pytest.approx(M)
     assert push.tolist() == pytest.approx([-1.0 * M[0], 1.5 * M[1], -0.0])
-    stats = StepStats()
-    stats.ratio("pg_k1", push, mismatch, grpo.MIN_MISMATCH)
+    step_stats = StepStats()
+    step_stats.ratio("pg_k1", push, mismatch, stats.MIN_MISMATCH)
     # the long wrong answer carries most of the mismatch: > 0, the policy gradient flattens as a k1 does
-    assert stats.result()["pg_k1"] == pytest.approx((-1.0 * M[0] + 1.5 * M[1]) / (M[0] + M[1])) and M[1] > M[0]
+    assert step_stats.result()["pg_k1"] == pytest.approx((-1.0 * M[0] + 1.5 * M[1]) / (M[0] + M[1])) and M[1] > M[0]
 
 
 def test_a_step_logs_the_lengths_of_its_right_and_wrong_answers_and_pg_k1(enc, tiny_model, digit_reward):
@@ -263,12 +263,24 @@ def test_a_step_logs_the_lengths_of_its_right_and_wrong_answers_and_pg_k1(enc, t
         model.ln_f.bias.zero_()
         model.ln_f.bias[0] = 1.0
         model.lm_head_weight[enc.eot_token, 0] = 8.0
-    batch, stats = run_step(enc, model, GRPOConfig(**{**CFG, "max_new_tokens": 12}))
+    batch, logged = run_step(enc, model, GRPOConfig(**{**CFG, "max_new_tokens": 12}))
     lengths, right = batch.loss_mask.sum(1).double(), batch.rewards["correct"] > 0
     assert 0 < right.sum() < len(right)  # the digit reward mixes right and wrong at this temperature
     assert lengths[right].mean() != lengths[~right].mean()  # so a swapped mask would show
-    assert stats["resp_len_correct"] == pytest.approx(lengths[right].mean().item())
-    assert stats["resp_len_wrong"] == pytest.approx(lengths[~right].mean().item())
-    assert stats["pg_k1"] is None and abs(stats["mismatch"]) < grpo.MIN_MISMATCH
-    _, stats = run_step(enc, tiny_model(), GRPOConfig(**CFG, top_p=0.5))  # log q - log pi = -log(kept mass) >= 0
-    assert stats["mismatch"] > grpo.MIN_MISMATCH and isinstance(stats["pg_k1"], float)
+    assert logged["resp_len_correct"] == pytest.approx(lengths[right].mean().item())
+    assert logged["resp_len_wrong"] == pytest.approx(lengths[~right].mean().item())
+    assert logged["pg_k1"] is None and abs(logged["mismatch"]) < stats.MIN_MISMATCH
+    _, logged = run_step(enc, tiny_model(), GRPOConfig(**CFG, top_p=0.5))  # log q - log pi = -log(kept mass) >= 0
+    assert logged["mismatch"] > stats.MIN_MISMATCH and isinstance(logged["pg_k1"], float)
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_an_off_correction_costs_nothing_and_logs_nothing(enc, tiny_model, digit_reward, monkeypatch, on):
+    """--tis-cap and --off-policy-mask run (and off_policy_masked_frac is logged) only when set:
+    off, neither function is called; on, each is called once per update."""
+    tis, keep = spy(monkeypatch, "tis_weights"), spy(monkeypatch, "off_policy_keep")
+    extra = dict(tis_cap=2.0, off_policy_mask=0.1) if on else {}
+    _, logged = run_step(enc, tiny_model(), GRPOConfig(**CFG, mu=2, minibatches=2, top_p=0.8, **extra))
+    assert len(tis) == len(keep) == (4 if on else 0)
+    assert ("off_policy_masked_frac" in logged) == on
+

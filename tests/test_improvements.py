@@ -163,6 +163,52 @@ def test_book_qwen3_format_recipe_prints_the_values_of_the_books_7_6_run():
         train.check_book_args(args)
 
 
+SOURCES = {  # recipe -> the values its source gives, typed here from the source (not read from RECIPES)
+    # DeepSeekMath sec. 4.2: "The KL coefficient is 0.04", "a single update following each exploration stage";
+    # eq. 3-4: k3 per token inside each answer's mean; 4.1.2: group mean and std
+    "grpo": dict(kl=0.04, kl_estimator="k3", kl_level="token", mu=1, loss_agg="seq_mean", adv_norm="group",
+                 ratio_level="token", objective="ppo"),
+    # DAPO sec. 4.1: eps_low 0.2, eps_high 0.28; eq. 12 token-level; 3.2 dynamic sampling; eq. 13 with
+    # L_cache / L_max = 4096 / 20480 = 8 / 40; 2.3 no KL
+    "dapo": dict(clip=0.2, clip_high=0.28, loss_agg="token_mean", dynamic_sampling=True, overlong_cache=8, kl=0.0),
+    # Dr. GRPO sec. 3.2 and table 6: no std, the generation budget as the normaliser, no KL, 1 inner epoch, eps 0.2
+    "drgrpo": dict(adv_norm="none", loss_agg="constant", kl=0.0, mu=1, clip=0.2, group_size=8),
+    # GSPO eq. 7 and sec. 5.1: the length-normalised ratio, 3e-4 / 4e-4, four minibatches, no KL (eq. 5)
+    "gspo": dict(ratio_level="gspo", clip=3e-4, clip_high=4e-4, minibatches=4, kl=0.0),
+    # MiniMax-M1 sec. 3.1: eq. 4-5, no lower bound, DAPO's dynamic sampling and length penalty, no KL
+    "cispo": dict(objective="cispo", clip=float("inf"), loss_agg="token_mean", dynamic_sampling=True,
+                  overlong_cache=8, kl=0.0),
+    # olmo3_style.py: 7_5's sampler and inner epochs, items 1-7 (8 tries, token-level, no KL, eps 0.2 / 10 on per-token
+    # ratios in the torch.where form, no std)
+    "olmo3": dict(prompts_per_step=1, temperature=0.8, top_p=0.9, learner_temperature=1.0, mu=2, resample_epochs=True,
+                  dynamic_sampling=True, max_sampling_rounds=8, loss_agg="token_mean", kl=0.0, ratio_level="token",
+                  objective="book", clip=0.2, clip_high=10.0, adv_norm="none", tis_cap=0.0),
+    # deepseek_v32_style.py: 7_5 with items 8-12 (--kl_coeff 0.0, the re-weighted KL, delta 0.1, the kept mask, std kept)
+    "deepseek_v32": dict(prompts_per_step=1, temperature=0.8, top_p=0.9, learner_temperature=1.0, mu=2,
+                         resample_epochs=True, kl=0.0, kl_reweight=True, off_policy_mask=0.1, keep_sampling_mask=True,
+                         adv_norm="group", objective="book", clip=10.0),
+    # gdpo.py: 7_5's algorithm, a 0.1 bonus for a boxed answer, each term normalised first, --kl_coeff 0.02 (k1 summed)
+    "gdpo": dict(prompts_per_step=1, temperature=0.8, top_p=0.9, mu=2, resample_epochs=True, reward_norm="norm_then_sum",
+                 format_weight=0.1, format_check="boxed", kl=0.02, kl_estimator="k1", kl_level="sequence"),
+}
+
+
+@pytest.mark.parametrize("name", list(SOURCES))
+def test_each_recipe_resolves_to_the_values_of_its_source(name):
+    _, args = train.parse_args(["--recipe", name])
+    assert {k: getattr(args, k) for k in SOURCES[name]} == SOURCES[name]
+
+
+def test_config_imports_alone_without_side_effects_and_the_old_paths_still_work():
+    """config.py holds GRPOConfig and RECIPES; importing it runs nothing (no torch, no project
+    module), and grpo.GRPOConfig / grpo.RECIPES, which readers' notebooks use, name the same objects."""
+    code = "import sys, config; print(sorted(m for m in sys.modules if m in ('torch', 'grpo', 'train', 'model')))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]" and out.stderr == ""
+    import config
+    assert grpo.GRPOConfig is config.GRPOConfig and grpo.RECIPES is config.RECIPES
+
+
 def test_explicit_flag_overrides_the_recipe():
     _, args = train.parse_args(["--recipe", "dapo", "--clip-high", "0.4", "--no-dynamic-sampling"])
     assert args.clip_high == 0.4 and args.dynamic_sampling is False and args.loss_agg == "token_mean"

@@ -295,3 +295,66 @@ def test_seed_folders_become_one_mean_line_with_a_band(tmp_path):
     out = tmp_path / "band.png"
     plot.main(plot.build_parser().parse_args([str(tmp_path / "exp"), "--metrics", "reward,eval_acc", "--out", str(out)]))
     assert out.read_bytes()[:8] == PNG_MAGIC
+
+
+def write_answers(folder, rows):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_samples_prints_each_problem_with_its_answer_at_each_evaluation(tmp_path, capsys):
+    """--samples: each held-out problem once, then its answer at each evaluated step (the sampled
+    one under it where logged), marked right or wrong; newlines shown as \\n, nothing drawn."""
+    q1, q2 = "Evaluate left to right: 7+2*2\n", "Evaluate left to right: 3-1\n"
+    rows = [{"step": 0, "prompt": q1, "answer": 18, "greedy": "\\boxed{9}", "greedy_correct": 0.0,
+             "sampled": "\\boxed{\n9", "sampled_correct": 0.0},
+            {"step": 0, "prompt": q2, "answer": 2, "greedy": "\\boxed{2}", "greedy_correct": 1.0},
+            {"step": 10, "prompt": q1, "answer": 18, "greedy": "<think>7+2=9 9*2=18</think>\\boxed{18}",
+             "greedy_correct": 1.0},
+            {"step": 10, "prompt": q2, "answer": 2, "greedy": "\\boxed{2}", "greedy_correct": 1.0}]
+    run = write_answers(tmp_path / "run", rows)
+    assert run_main([str(run), "--samples"]) == []
+    out = capsys.readouterr().out.splitlines()
+    assert out[2:6] == ["Evaluate left to right: 7+2*2   (answer 18)",
+                        "  step    0 greedy  wrong  \\boxed{9}",
+                        "  step    0 sampled wrong  \\boxed{\\n9",
+                        "  step   10 greedy  right  <think>7+2=9 9*2=18</think>\\boxed{18}"]
+    assert out[7:10] == ["Evaluate left to right: 3-1   (answer 2)", "  step    0 greedy  right  \\boxed{2}",
+                         "  step   10 greedy  right  \\boxed{2}"]
+    assert not list(run.glob("*.png"))
+
+
+def test_samples_reads_each_seed_of_an_experiment_and_refuses_a_run_without_answers(tmp_path):
+    row = {"step": 0, "prompt": "Evaluate left to right: 1+1\n", "answer": 2, "greedy": "\\boxed{2}",
+           "greedy_correct": 1.0}
+    for seed in (0, 1):
+        write_run(tmp_path / "exp" / f"seed{seed}")
+        write_answers(tmp_path / "exp" / f"seed{seed}", [row])
+    out = subprocess.run([sys.executable, "plot.py", str(tmp_path / "exp"), "--samples"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.count("(answer 2)") == 2 and "seed1:" in out.stdout
+    old = write_run(tmp_path / "old")  # a run of code older than answers.jsonl
+    out = subprocess.run([sys.executable, "plot.py", str(old), "--samples"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1
+    assert str(old) in out.stderr and "python train.py" in out.stderr
+
+
+def test_every_panel_with_its_tick_labels_lies_inside_the_figure(tmp_path):
+    """The sampler figure of a default-like run (entropies 0.19 -> 0.024, a gap of float noise): the
+    constrained layout once left the left panel's tick labels cut at the edge (".200")."""
+    entropy = [0.024 + 0.168 * (1 - s / 100) ** 2 for s in range(1, 101)]  # 0.19 -> 0.024: ticks 0.025 .. 0.200
+    lines = [json.dumps({"step": s, "entropy": e, "sampler_entropy": e, "sampler_gap": 1e-7 * (1 + s % 3)})
+             for s, e in zip(range(1, 101), entropy)]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    fig = plot.build_figure(plot.load_runs([tmp_path / "run"]), plot.PANELS["sampler"], 0.25, "sampler: run")
+    fig.canvas.draw()  # as savefig draws it
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        box = ax.get_tightbbox(renderer)
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y0 >= 0 and box.y1 <= fig.bbox.height, ax.get_title()
+    gap = [ax for ax in fig.axes if ax.get_title().startswith("sampler-learner gap")][0]
+    assert gap.get_ylim() == (0, 1e-5) and any("no gap" in t.get_text() for t in gap.texts)  # noise said as such
+    plt.close(fig)

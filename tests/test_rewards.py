@@ -13,7 +13,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from rewards import (MAX_DIGITS, book_format_reward, correctness_reward, extract_boxed,  # noqa: E402
+from rewards import (MAX_DIGITS, book_format_reward, boxed_format_reward, correctness_reward, extract_boxed,  # noqa: E402
                      final_answer, format_reward, overlong_penalty, parse_int, score)
 
 GOOD = "<think>7+5=12 12-3=9 9*2=18</think>\\boxed{18}"
@@ -310,3 +310,17 @@ def test_large_inputs_are_fast(name):
     elapsed = time.perf_counter() - t0
     assert all(math.isfinite(v) for v in out.values())
     assert elapsed < 1.0, f"{elapsed:.3f} s for a {len(text)}-char string"
+
+
+# ---- boxed_format_reward (--format-check boxed, the book's gdpo.py) ----------------
+
+@pytest.mark.parametrize("completion, expected", [
+    ("\\boxed{7}", 1.0),                             # an answer, no reasoning needed
+    ("<think>3+4=7</think>\\boxed{7}", 1.0),
+    ("<think>3+4=7</think>\\boxed{8}", 1.0),          # a wrong answer is still boxed
+    ("<think>3+4=7</think>7", 0.0),                  # no box
+    ("\\boxed{7} then \\boxed{", 0.0),               # the last box is never closed
+    ("", 0.0),
+])
+def test_boxed_format_reward(completion, expected):
+    assert boxed_format_reward(completion) == expected

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import grpo
+import rewards
 import tasks
 import train
 from model import CheckpointError
@@ -241,6 +242,31 @@ def test_a_run_saved_before_a_flag_existed_resumes_with_its_default(warm, tmp_pa
     assert [r["step"] for r in read_metrics(run_dir)] == [0, 1, 2]
 
 
+def read_answers(run_dir):
+    with open(os.path.join(run_dir, "answers.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_each_evaluation_writes_the_answers_to_the_first_held_out_problems(warm, tmp_path):
+    """answers.jsonl: the greedy answer to each of the first --eval-answers held-out problems at
+    each evaluation, step 0 included (and the sampled one with --eval-sampled), as evaluate()
+    graded it; a resume keeps exactly one line per problem and evaluation."""
+    run_dir = train.main(args_for(warm, tmp_path, "--steps", "4", "--save-every", "2", "--eval-answers", "3",
+                                  "--eval-sampled"))
+    rows, held_out = read_answers(run_dir), tasks.eval_set("easy", 8)
+    assert [(r["step"], r["prompt"]) for r in rows] == [(s, p.prompt) for s in (0, 2, 4) for p in held_out[:3]]
+    for r in rows:
+        assert r["answer"] == held_out[[p.prompt for p in held_out].index(r["prompt"])].answer
+        for kind in ("greedy", "sampled"):
+            assert isinstance(r[kind], str) and r[kind + "_correct"] == rewards.correctness_reward(r[kind], r["answer"])
+    metrics = {r["step"]: r for r in read_metrics(run_dir) if "eval_acc" in r}
+    assert set(metrics) == {r["step"] for r in rows}
+    with open(os.path.join(run_dir, "answers.jsonl"), "a") as f:  # an evaluation logged after the last checkpoint
+        f.write(json.dumps({**rows[-1], "step": 5}) + "\n")
+    train.main(train.get_parser().parse_args(["--resume", run_dir, "--steps", "4", "--threads", "1"]))
+    assert read_answers(run_dir) == rows  # the step-5 line dropped, step 4 written once
+
+
 def test_existing_run_folder_is_refused(warm, tmp_path):
     train.main(args_for(warm, tmp_path, "--steps", "1"))
     with pytest.raises(ValueError, match="already has a run"):
@@ -259,12 +285,17 @@ def test_bad_input_gives_clear_errors(warm, tmp_path):
         train.main(args_for(warm, tmp_path, "--level", "impossible"))
     with pytest.raises(ValueError, match="group-size must be >= 2"):
         train.main(args_for(warm, tmp_path, "--group-size", "1"))
+    for t in ("0", "-1"):  # 0 divides by zero; -1 would train on a flipped distribution
+        with pytest.raises(ValueError, match=f"--learner-temperature must be > 0.*got {float(t)}"):
+            train.main(args_for(warm, tmp_path, "--run-name", "t" + t, "--learner-temperature", t))
+        assert not os.path.exists(tmp_path / ("t" + t))  # refused before the run folder is made
 
 
 @pytest.mark.parametrize("argv,message", [(["--clip-hgh", "0.3"], "unrecognized arguments"),
                                           (["--loss-agg", "mean"], "invalid choice"),
                                           (["--init", "missing.pt"], "checkpoint not found: missing.pt"),
-                                          (["--dual-clip", "3", "--objective", "cispo"], "has no such bound")])
+                                          (["--dual-clip", "3", "--objective", "cispo"], "has no such bound"),
+                                          (["--learner-temperature", "0"], "--learner-temperature must be > 0")])
 def test_cli_errors_are_one_line_without_traceback(argv, message):
     out = subprocess.run([sys.executable, "train.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr

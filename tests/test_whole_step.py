@@ -15,6 +15,7 @@ FLAG_TESTS at the end names the tests of every field; a field without one fails
 import copy
 import dataclasses
 import inspect
+import re
 import statistics
 
 import pytest
@@ -354,7 +355,12 @@ def test_format_weight_adds_w_times_the_format_term(warm_policy, w):
     assert_grad(step.updates[0], on_policy_grad(step, cfg, r=correct + w * fmt))
 
 
-@pytest.mark.parametrize("check", ["strict", "book"])
+def boxed_format(text):
+    """gdpo.py's check, by hand: a closed \\boxed{...} somewhere (the last one is complete)."""
+    return float(bool(re.search(r"\\boxed\s*\{[^{}]*\}[^\\]*$", text)))
+
+
+@pytest.mark.parametrize("check", ["strict", "book", "boxed"])
 def test_format_check_book_pays_any_think_before_a_close(warm_policy, check):
     model, enc = warm_policy()
     cfg = GRPOConfig(**REAL, format_weight=0.5, format_check=check)
@@ -362,8 +368,9 @@ def test_format_check_book_pays_any_think_before_a_close(warm_policy, check):
     b = step.batch
     book = torch.tensor([book_format(t) for t in b.texts])
     strict = torch.tensor([rewards.format_reward(t) for t in b.texts])
-    assert (book != strict).any()  # e.g. a think block with no answer after it
-    fmt = book if check == "book" else strict
+    boxed = torch.tensor([boxed_format(t) for t in b.texts])
+    assert (book != strict).any() and (boxed != strict).any()  # e.g. a think block with no answer after it
+    fmt = {"book": book, "strict": strict, "boxed": boxed}[check]
     assert torch.equal(b.rewards["format"], fmt)
     correct = torch.tensor([rewards.correctness_reward(t, p.answer) for t, p in zip(b.texts, b.problems)])
     assert_grad(step.updates[0], on_policy_grad(step, cfg, r=correct + 0.5 * fmt))

@@ -1,0 +1,143 @@
+"""Every GRPO setting in one place: `GRPOConfig` (its fields are train.py's flags) and RECIPES.
+
+    python train.py --help                       # the flags, grouped as below, with these defaults
+    python train.py --recipe dapo --print-config # a recipe's resolved flags, without training
+
+A field's default here is its only default: train.py makes `--field-name` from it (`knob`),
+so edit a value and `python train.py` follows. grpo.py reads the fields as `cfg.<name>`;
+nothing else in this file runs, so importing it has no side effects. (`grpo.GRPOConfig` and
+`grpo.RECIPES` still name these.)
+
+A recipe is a named set of flags (`--recipe NAME`; flags typed explicitly still win). Each
+cites the paper or the book's script its values come from; where a value departs from the
+source, the comment beside it says so and why (mostly: our scale, 16 prompts x 8 answers of
+40 tokens on one CPU thread). The README's recipe table sets the two side by side.
+"""
+from dataclasses import dataclass, field
+
+
+def knob(group, default, help, choices=None, type=None):
+    """A GRPOConfig field and its command-line flag: train.py makes `--field-name` from it, so
+    the default here is the only one."""
+    return field(default=default, metadata={"group": group, "help": help, "choices": choices, "type": type})
+
+
+@dataclass
+class GRPOConfig:
+    # rollouts
+    group_size: int = knob("rollouts", 8, "G: completions per prompt")
+    max_new_tokens: int = knob("rollouts", 40, "completion length cap (L_max)")
+    temperature: float = knob("rollouts", 1.0, "sampling temperature")
+    top_p: float = knob("rollouts", 1.0, "nucleus sampling")
+    top_k: int = knob("rollouts", 0, "top-k sampling (0: off)")
+    learner_temperature: float = knob("rollouts", None, "temperature of the learner's log-probs (pi_theta, pi_old, "
+                                      "pi_ref); default: --temperature (the book: 1)", type=float)
+    # rewards
+    format_weight: float = knob("rewards", 0.0, "w in reward = correct + w * format")
+    format_check: str = knob("rewards", "strict", "ours (one non-empty think block, then the answer), the "
+                             "book's 7_6 (<think> before </think>), or its gdpo.py's (a \\boxed{} answer)",
+                             ["strict", "book", "boxed"])
+    gated: bool = knob("rewards", False, "format reward only for correct answers")
+    overlong_cache: int = knob("rewards", 0, "DAPO soft overlong penalty over the last N tokens (0: off)")
+    # advantages and sampling
+    adv_norm: str = knob("advantages and sampling", "group", "divide by the std of the group, the batch, or not (Dr. GRPO)",
+                         ["group", "batch", "none"])
+    reward_norm: str = knob("advantages and sampling", "sum_then_norm", "normalise the summed reward, or each term "
+                            "first (GDPO)", ["sum_then_norm", "norm_then_sum"])
+    dynamic_sampling: bool = knob("advantages and sampling", False, "DAPO: drop groups with equal rewards, draw more")
+    max_sampling_rounds: int = knob("advantages and sampling", 3, "rollout rounds per step with dynamic sampling")
+    # objective
+    mu: int = knob("objective", 2, "epochs: updates over each step's rollouts (the ratio leaves 1 from the second)")
+    minibatches: int = knob("objective", 1, "K: optimizer steps per epoch, each on 1/K of the groups (K * mu per step)")
+    resample_epochs: bool = knob("objective", False, "each epoch after the first samples fresh answers to the same "
+                                 "prompts from a frozen copy of pi_old (the book's --inner_epochs)")
+    clip: float = knob("objective", 0.2, "eps_low of the clipped ratio ('inf': no clipping)")
+    clip_high: float = knob("objective", None, "eps_high (DAPO clip-higher); default: --clip", type=float)
+    dual_clip: float = knob("objective", 0.0, "dual-clip constant c > 1 for negative advantages (0: off)")
+    objective: str = knob("objective", "ppo", "PPO's clipped surrogate, CISPO's clipped weights, or the book's "
+                          "torch.where form", ["ppo", "cispo", "book"])
+    ratio_level: str = knob("objective", "token", "token (GRPO), gspo, or the book's summed sequence ratio",
+                            ["token", "gspo", "sequence"])
+    kl: float = knob("objective", 0.0, "beta: KL penalty to the warm-start policy")
+    kl_estimator: str = knob("objective", "k3", "Schulman's KL estimator", ["k1", "k2", "k3"])
+    kl_level: str = knob("objective", "token", "per token, or the book's on summed log-probs", ["token", "sequence"])
+    loss_agg: str = knob("objective", "seq_mean", "GRPO, DAPO, or Dr. GRPO aggregation", ["seq_mean", "token_mean", "constant"])
+    mask_truncated: bool = knob("objective", False, "truncated completions contribute no loss")
+    entropy_coef: float = knob("objective", 0.0, "alpha: subtract alpha * entropy from the loss (an entropy bonus)")
+    fused_head: bool = knob("objective", True, "log-probs straight from hidden states (never the logits)")
+    # off-policy corrections
+    tis_cap: float = knob("off-policy corrections", 0.0, "C: truncated importance sampling, weight each token by "
+                          "min(pi_old / pi_sampler, C) (0: off)")
+    keep_sampling_mask: bool = knob("off-policy corrections", False, "log-probs over the support top-k / top-p "
+                                    "sampled from (DeepSeek-V3.2)")
+    off_policy_mask: float = knob("off-policy corrections", float("inf"), "delta: drop negative-advantage sequences "
+                                  "whose KL to the sampler exceeds it (DeepSeek-V3.2; inf: off)")
+    kl_reweight: bool = knob("off-policy corrections", False, "weight the KL estimate by pi / pi_old (DeepSeek-V3.2)")
+    # optimisation
+    lr: float = knob("optimisation", 1e-4, "Adam learning rate")
+    max_grad_norm: float = knob("optimisation", 1.0, "gradient clipping")
+
+
+# name -> flags: GRPOConfig fields, and train.py's own where a recipe needs them (prompts_per_step; the
+# book_qwen3 recipes also set its evaluation: eval_every, eval_size, eval_fallback, chat_template). Each follows
+# the paper or book script named above it, value by value; at our scale every one departs in the same ways
+# (README, "Recipes": lr 1e-4 with Adam, 8 answers of at most 40 tokens), and any other departure is named.
+INF = float("inf")
+RECIPES = {
+    # DeepSeekMath (Shao et al. 2024, arXiv 2402.03300, sec. 4.1-4.2): k3 per token inside each answer's mean
+    # (eq. 3-4), group mean and std (4.1.2); "The KL coefficient is 0.04"; "The policy model only has a single
+    # update following each exploration stage". It gives no clip eps: PPO's 0.2 (our default) stands in.
+    "grpo": dict(kl=0.04, kl_estimator="k3", kl_level="token", mu=1, minibatches=1),
+    # DAPO (Yu et al. 2025, sec. 3-4.1): eps 0.2 / 0.28, the token-level loss, dynamic sampling, the soft overlong
+    # penalty with L_cache / L_max = 4,096 / 20,480 (8 / 40 here), no KL. Departures: 2 updates per rollout
+    # (DAPO: 16), and dynamic sampling stops after --max-sampling-rounds 3 (DAPO: until the batch is full)
+    "dapo": dict(clip_high=0.28, loss_agg="token_mean", dynamic_sampling=True, overlong_cache=8, kl=0.0,
+                 mu=1, minibatches=2),
+    # Dr. GRPO (Liu et al. 2025, sec. 3.2, table 6): no std, the token sum over the generation budget, no KL,
+    # one inner epoch
+    "drgrpo": dict(adv_norm="none", loss_agg="constant", kl=0.0, mu=1, minibatches=1),
+    # GSPO (Zheng et al. 2025, eq. 5-7, sec. 5.1): the length-normalised sequence ratio clipped to
+    # [1 - 3e-4, 1 + 4e-4], "each batch of rollout data is partitioned into four minibatches"
+    "gspo": dict(ratio_level="gspo", clip=3e-4, clip_high=4e-4, kl=0.0, mu=1, minibatches=4),
+    # CISPO (MiniMax-M1, arXiv 2506.13585, sec. 3.1): clipped, detached IS weights on every token's log-prob,
+    # the token-level loss, no lower bound, DAPO's dynamic sampling and length penalty, no KL. Departures: the
+    # paper tunes eps_high but does not give it (DAPO's 0.28 here); 2 updates per rollout (M1: 16)
+    "cispo": dict(objective="cispo", clip=INF, clip_high=0.28, loss_agg="token_mean", dynamic_sampling=True,
+                  overlong_cache=8, kl=0.0, mu=1, minibatches=2),
+    # the book's own algorithm, 7_5_plus_kl.py: one prompt and 8 answers per step, sampled at T 0.8 / top-p
+    # 0.9 and scored at T 1; two inner epochs that sample again from the frozen copy; the summed
+    # sequence ratio in the torch.where form at eps 10; k1 on summed log-probs. Departures (README, "The
+    # book's algorithm"): beta 0.1 (the script: 0.001), lr 1e-4 with Adam (1e-5 with AdamW)
+    "book": dict(prompts_per_step=1, group_size=8, temperature=0.8, top_p=0.9, learner_temperature=1.0,
+                 mu=2, minibatches=1, resample_epochs=True, ratio_level="sequence", objective="book",
+                 clip=10.0, kl=0.1, kl_estimator="k1", kl_level="sequence", loss_agg="seq_mean", lr=1e-4),
+}
+# The book's 7_7_improvements/ scripts are its own algorithm plus numbered items of the chapter's closing list:
+# olmo3_style.py, items 1-7 on 7_5_plus_kl.py: (1, 2) groups with equal rewards dropped, others drawn, up to 8
+# tries; (3) the token-level loss on per-token ratios; (4) no KL; (5) clip higher, eps 0.2 / 10; (6) the ratio
+# capped at 1 + 10 (what the script calls truncated importance sampling: the high clip of the book's torch.where
+# form does it here; --tis-cap is Yao et al.'s sampler correction, which the script has not); (7) no std.
+# Departure: the second inner epoch samples its prompt again without dropping a group.
+RECIPES["olmo3"] = dict(RECIPES["book"], dynamic_sampling=True, max_sampling_rounds=8, ratio_level="token",
+                        loss_agg="token_mean", kl=0.0, clip=0.2, clip_high=10.0, adv_norm="none")
+# deepseek_v32_style.py, items 8-12 on 7_5_plus_kl.py: (8) a KL of zero for math; (9) the KL re-weighted by
+# pi / pi_old (inert at beta 0, as in the script); (10) off-policy sequence masking, delta 0.1; (11) the kept
+# sampling mask; (12) GRPO's std kept. Departure: (10) measures the distance from the sampler's log-probs (as
+# DeepSeek-V3.2 takes them from its sampler), the script from pi_old's at T 1 (grpo.off_policy_keep)
+RECIPES["deepseek_v32"] = dict(RECIPES["book"], kl=0.0, kl_reweight=True, off_policy_mask=0.1,
+                               keep_sampling_mask=True, adv_norm="group")
+# gdpo.py: a bonus of 0.1 for a boxed answer, each reward term normalised in its group before the sum (GDPO),
+# beta 0.02 (k1 on summed log-probs, as 7_5), two inner epochs. Departure: the script runs the reasoning Qwen3
+# (7_6's model) and grades an answer without a box by its last number; our reward needs the box
+RECIPES["gdpo"] = dict(RECIPES["book"], reward_norm="norm_then_sum", format_weight=0.1, format_check="boxed",
+                       kl=0.02)
+# ... and at the book's own scale, for its Qwen3-0.6B on MATH (docs/book_model.md): 7_5's lr, KL and budget,
+# graded on MATH-500 as the book grades it (the last number when there is no box)
+RECIPES["book_qwen3"] = dict(RECIPES["book"], max_new_tokens=512, lr=1e-5, kl=0.001, eval_every=50, eval_size=500,
+                             eval_fallback="number")
+# the book's 7_6_plus_format_reward.py as the chapter runs it (--steps 500 --max_new_tokens 1024, the rest its
+# defaults): book_qwen3 from the reasoning Qwen3-0.6B in its chat template, with one inner epoch, no KL, and a
+# format bonus of weight 1 for <think> before </think>, ungated. Departures: README, "Recipes".
+RECIPES["book_qwen3_format"] = dict(
+    RECIPES["book_qwen3"], max_new_tokens=1024, mu=1, resample_epochs=False, kl=0.0, format_weight=1.0,
+    format_check="book", gated=False, chat_template=True)
