@@ -30,7 +30,9 @@ Panel groups (`--panels`, default all; `kl`, `sampler` and `runaway` are skipped
     clip      clip fraction (low/high side, or the total) and the ratio mean with its
               min..max band
     kl        KL to the reference policy
-    sampler   the learner's entropy beside the sampler's, and the sampler-learner gap
+    sampler   the learner's entropy beside the sampler's, and the sampler-learner gap: its mean
+              and largest, KL(sampler || learner) by k1 and k3, the chi^2 and the effective
+              sample size of the importance weights, the two log-probs' correlation
     runaway   pg_k1 (grpo.pg_as_k1), which turns positive before the learner's entropy rises
               (EXPERIMENTS.md, lesson 4), the two entropies, the lengths of the right
               and the wrong answers, and the share of answers cut at the token cap
@@ -97,7 +99,11 @@ PANELS = {
     ],
     "sampler": [  # the sampler-learner gap: a learner that flattens while the sampler hides it
         ("entropy: learner (solid), sampler (dashed)", "line", ["entropy", "sampler_entropy"]),
-        ("sampler-learner gap |log pi_old - log pi_sampler|", "line", ["sampler_gap"]),
+        ("|log pi_old - log pi_sampler|: mean, largest (dashed)", "line", ["sampler_gap", "sampler_gap_max"]),
+        ("KL(sampler || learner): k1, k3 (dashed)", "line", ["sampler_kl_k1", "sampler_kl_k3"]),
+        ("chi^2 of the weights pi_old / pi_sampler", "line", ["tis_chi2"]),
+        ("answers' weights: effective sample size / B", "line", ["tis_ess"]),
+        ("corr(log pi_old, log pi_sampler)", "line", ["sampler_logp_corr"]),
     ],
     "runaway": [  # the chapter's 7_3 runaway: what moves before the learner's entropy does
         ("pg_k1: the policy gradient as a naive KL's beta", "line", ["pg_k1"]),
@@ -112,7 +118,7 @@ PANELS = {
 # is drawn from 0 to the floor and says so (sampler_gap: the KV-cache sampler and the learner's
 # forward are the same policy computed twice, ~1e-7 nats apart, when nothing else separates them)
 NO_GAP = (1e-5, "all below 1e-5: float rounding,\nthe sampler is the learner (no gap)")
-NOISE_FLOOR = {"sampler_gap": NO_GAP}
+NOISE_FLOOR = {"sampler_gap": NO_GAP, "sampler_kl_k1": NO_GAP, "tis_chi2": NO_GAP}
 FIGSIZE = {1: (6, 3.6), 2: (10, 3.6), 4: (9, 6.5)}  # inches, by number of subplots
 # characters per inch of figure width, with a margin: the 12-point title wraps at it, and the
 # 9-point legend takes as many columns as its longest label (plus its line) leaves room for

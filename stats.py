@@ -76,13 +76,24 @@ def batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask):
     # it: the gap, the uncapped weight pi_old / pi_sampler, and the sampler's own entropy (the
     # learner's is "entropy"): a learner that flattens while the sampler hides it.
     m = loss_mask.bool()
-    gap = old_logp - batch.sampler_logp  # (B, T)
+    gap = old_logp - batch.sampler_logp  # (B, T) log w, w = pi_old / pi_sampler of each sampled token
     w = safe_exp(gap)  # (B, T) the TIS weight before its cap
     stats.mean("sampler_gap", gap.abs(), m)
     stats.min("tis_weight_min", w, m, default=1.0)
     stats.mean("tis_weight_mean", w, m, default=1.0)
     stats.max("tis_weight_max", w, m, default=1.0)
     stats.mean("sampler_entropy", batch.sampler_entropy, m)
+    # ... and as verl and TRL log it: KL(sampler || learner) per token by k1 (a signed mean, whose
+    # terms can cancel) and by k3 (each term >= 0); the chi^2 of the token weights, E[w^2] - 1; the
+    # effective sample size of the answers' weights (the product of their tokens'), a fraction of
+    # B; each answer's largest token gap; and how the two log-probs correlate over the tokens
+    stats.mean("sampler_kl_k1", -gap, m)
+    stats.mean("sampler_kl_k3", w - 1 - gap, m)
+    stats.mean("tis_chi2", w * w - 1, m)
+    stats.ess("tis_ess", (gap * m).sum(1))
+    has_tokens = m.any(1)  # (B,)
+    stats.mean("sampler_gap_max", gap.abs().masked_fill(~m, 0).amax(1), has_tokens)
+    stats.corr("sampler_logp_corr", old_logp, batch.sampler_logp, m)
     push, mismatch = pg_as_k1(adv, batch.sampler_logp, old_logp, m)  # (B,) each
     stats.mean("mismatch", mismatch)
     stats.ratio("pg_k1", push, mismatch, MIN_MISMATCH)
@@ -152,6 +163,18 @@ class StepStats:
         num, den = torch.as_tensor(num).detach().double(), torch.as_tensor(den).detach().double()
         self._add(name, ("ratio", min_mean_den), [num.sum(), den.sum(), den.numel()], default)
 
+    def ess(self, name, log_w):
+        """The effective sample size of weights w = exp(log_w) (1-d), as a fraction of their
+        number: (sum w)^2 / (n sum w^2), 1 when all are equal, 1/n when one dominates."""
+        w = safe_exp(torch.as_tensor(log_w).detach().double())
+        self._add(name, "ess", [w.sum(), (w * w).sum(), w.numel()], None)
+
+    def corr(self, name, x, y, mask):
+        """Pearson's correlation of x and y over mask (None when either is constant there)."""
+        m = mask.bool()
+        x, y = torch.as_tensor(x).detach().double()[m], torch.as_tensor(y).detach().double()[m]
+        self._add(name, "corr", [x.sum(), y.sum(), (x * x).sum(), (y * y).sum(), (x * y).sum(), x.numel()], None)
+
     def count(self, name, x):
         """Sum of x, an integer count (e.g. tokens)."""
         self._add(name, "count", [torch.as_tensor(x).sum()])
@@ -190,5 +213,10 @@ def _value(kind, p, default):
         return p[0] / p[1] if p[2] > 0 and p[1] > kind[1] * p[2] else default
     if kind == "mean":
         return p[0] / p[1] if p[1] > 0 else default
-    # std from the sum, the sum of squares and the count
-    return math.sqrt(max(p[1] - p[0] ** 2 / p[2], 0.0) / (p[2] - 1)) if p[2] > 1 else default
+    if kind == "std":  # from the sum, the sum of squares and the count
+        return math.sqrt(max(p[1] - p[0] ** 2 / p[2], 0.0) / (p[2] - 1)) if p[2] > 1 else default
+    if kind == "ess":  # (sum w)^2 / (n sum w^2)
+        return p[0] ** 2 / (p[2] * p[1]) if p[1] > 0 else default
+    n = p[5]  # corr: from the sums of x, y, x^2, y^2, x y
+    cov, var_x, var_y = p[4] - p[0] * p[1] / max(n, 1), p[2] - p[0] ** 2 / max(n, 1), p[3] - p[1] ** 2 / max(n, 1)
+    return cov / math.sqrt(var_x * var_y) if n > 1 and var_x > 1e-12 * n and var_y > 1e-12 * n else default

@@ -55,7 +55,8 @@ def test_two_rank_step_equals_one_process_on_both_halves(step_results, case):
     assert res["max_weight_diff"] < 1e-5 * max(1.0, res["max_weight_change"])  # same gradients
     for key in ("loss", "pg_loss", "grad_norm", "entropy", "ratio_mean", "ratio_min", "ratio_max", "clip_frac",
                 "reward", "reward_std", "adv_mean", "adv_std", "resp_len", "resp_len_max", "n_tokens", "sampler_gap",
-                "tis_weight_mean", "tis_weight_max", "ppo_kl", "mismatch", *(["kl", "entropy_bonus"] if "kl" in case else [])):
+                "tis_weight_mean", "tis_weight_max", "ppo_kl", "mismatch", "sampler_kl_k3", "tis_chi2", "tis_ess",
+                "sampler_gap_max", "sampler_logp_corr", *(["kl", "entropy_bonus"] if "kl" in case else [])):
         assert ddp[key] == pytest.approx(single[key], rel=1e-5, abs=1e-6), key
 
 

@@ -284,3 +284,46 @@ def test_an_off_correction_costs_nothing_and_logs_nothing(enc, tiny_model, digit
     assert len(tis) == len(keep) == (4 if on else 0)
     assert ("off_policy_masked_frac" in logged) == on
 
+
+def test_the_mismatch_diagnostics_on_a_hand_built_batch():
+    """The sampler-vs-learner numbers batch_stats logs, each against its formula by hand, on two
+    answers: one where the learner gives its tokens more than the sampler did and one less, so
+    that a signed mean cancels where k3 and chi^2 cannot."""
+    from types import SimpleNamespace
+    mask = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.bool)  # (2, 4): a prompt column, padding
+    q = torch.log(torch.tensor([[0.5, 0.5, 0.2, 0.3], [0.5, 0.8, 0.4, 0.5]]))  # the sampler's log-probs
+    old = torch.log(torch.tensor([[0.5, 1.0, 0.4, 0.9], [0.5, 0.4, 0.2, 0.5]]))  # the learner's (pi_old)
+    w = [[2.0, 2.0], [0.5, 0.5, 1.0]]  # pi_old / q of each answer's tokens
+    batch = SimpleNamespace(rewards={"total": torch.tensor([1.0, 0.0]), "correct": torch.tensor([1.0, 0.0])},
+                            loss_mask=mask, truncated=torch.tensor([False, False]), mask=mask, sampler_logp=q,
+                            sampler_entropy=torch.zeros(2, 4))
+    step = StepStats()
+    stats.batch_stats(step, batch, torch.tensor([1.0, -1.0]), torch.tensor([False]), old, mask)
+    got = step.result()
+    tokens = [x for row in w for x in row]
+    log = [math.log(x) for x in tokens]
+    assert got["sampler_kl_k1"] == pytest.approx(-sum(log) / 5)  # 2 ln 2 - 2 ln 2 + 0: cancels to 0
+    assert got["sampler_kl_k1"] == pytest.approx(0.0, abs=1e-6)
+    assert got["sampler_kl_k3"] == pytest.approx(sum(x - 1 - math.log(x) for x in tokens) / 5) and got["sampler_kl_k3"] > 0.1
+    assert got["tis_chi2"] == pytest.approx(sum(x * x - 1 for x in tokens) / 5)
+    W = [4.0, 0.25]  # each answer's weight: the product of its tokens'
+    assert got["tis_ess"] == pytest.approx(sum(W) ** 2 / (2 * sum(x * x for x in W)))
+    assert got["sampler_gap_max"] == pytest.approx((math.log(2) + math.log(2)) / 2)  # each answer's largest |log w|
+    x, y = old[mask].double(), q[mask].double()
+    assert got["sampler_logp_corr"] == pytest.approx(torch.corrcoef(torch.stack([x, y]))[0, 1].item())
+
+
+def test_the_mismatch_diagnostics_when_the_sampler_is_the_learner():
+    """No gap: both KL estimates 0, chi^2 0, every weight 1 (ESS 1), log-probs correlated 1."""
+    from types import SimpleNamespace
+    mask = torch.tensor([[0, 1, 1], [0, 1, 0]], dtype=torch.bool)
+    q = torch.log(torch.tensor([[0.5, 0.3, 0.9], [0.5, 0.6, 0.5]]))
+    batch = SimpleNamespace(rewards={"total": torch.zeros(2), "correct": torch.zeros(2)}, loss_mask=mask,
+                            truncated=torch.tensor([False, False]), mask=mask, sampler_logp=q,
+                            sampler_entropy=torch.zeros(2, 3))
+    step = StepStats()
+    stats.batch_stats(step, batch, torch.zeros(2), torch.tensor([True]), q.clone(), mask)
+    got = step.result()
+    for key in ("sampler_kl_k1", "sampler_kl_k3", "tis_chi2", "sampler_gap_max"):
+        assert got[key] == pytest.approx(0.0, abs=1e-7), key
+    assert got["tis_ess"] == pytest.approx(1.0) and got["sampler_logp_corr"] == pytest.approx(1.0)
