@@ -285,11 +285,11 @@ def seed_band(recs, key):
 
 def draw_run(ax, i, name, recs, keys, frac):
     """Each key of run i as raw + smoothed; colour = run, line style = key."""
-    drawn = False
+    drawn, logged = False, [k for k in keys if len(series(recs, k)[0])]
     for key, ls in zip(keys, ["-", "--", ":"]):
         steps, values = series(recs, key)
         if len(steps):
-            label = name if len(keys) == 1 else f"{name} {key}"
+            label = name if len(logged) == 1 else f"{name} {key}"  # the key, where the run drew two in a panel
             draw_line(ax, steps, values, color(i), label, frac, ls, seed_band(recs, key))
             drawn = True
     return drawn

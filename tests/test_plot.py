@@ -355,6 +355,6 @@ def test_every_panel_with_its_tick_labels_lies_inside_the_figure(tmp_path):
     for ax in fig.axes:
         box = ax.get_tightbbox(renderer)
         assert box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y0 >= 0 and box.y1 <= fig.bbox.height, ax.get_title()
-    gap = [ax for ax in fig.axes if ax.get_title().startswith("sampler-learner gap")][0]
+    gap = [ax for ax in fig.axes if ax.get_title().startswith("|log pi_old - log pi_sampler|")][0]
     assert gap.get_ylim() == (0, 1e-5) and any("no gap" in t.get_text() for t in gap.texts)  # noise said as such
     plt.close(fig)
