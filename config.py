@@ -32,6 +32,9 @@ class GRPOConfig:
     top_k: int = knob("rollouts", 0, "top-k sampling (0: off)")
     learner_temperature: float = knob("rollouts", None, "temperature of the learner's log-probs (pi_theta, pi_old, "
                                       "pi_ref); default: --temperature (the book: 1)", type=float)
+    sampler_dtype: str = knob("rollouts", "float32", "the sampler's weights: bfloat16 samples from a bf16 copy of the "
+                              "policy beside the fp32 learner, as a vLLM sampler beside a trainer does",
+                              ["float32", "bfloat16"])
     # rewards
     format_weight: float = knob("rewards", 0.0, "w in reward = correct + w * format")
     format_check: str = knob("rewards", "strict", "ours (one non-empty think block, then the answer), the "

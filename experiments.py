@@ -29,7 +29,8 @@ import time
 import plot
 
 COMMON = ["--steps", "100", "--eval-every", "10"]
-BOOK = ["--recipe", "book", "--steps", "500", "--eval-every", "50"]  # the book's regime, as long as its runs
+BOOK_LENGTH = ["--steps", "500", "--eval-every", "50"]  # as long as the book's runs
+BOOK = ["--recipe", "book", *BOOK_LENGTH]  # the book's regime
 # ... on the runaway's task: three searches in four, whose failures run long, from a warm start that keeps a
 # base model's tail (sft.py --label-smoothing 0.2); evaluated on the chains of medium, as everything else here
 RUNAWAY = [*BOOK, "--level", "medium_search", "--eval-level", "medium", "--init", "checkpoints/warmstart_search.pt",
@@ -53,8 +54,6 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "topp_tis": (["--top-p", "0.9", "--tis-cap", "2"], "... with truncated importance sampling, C = 2"),
     "topp_keepmask": (["--top-p", "0.9", "--keep-sampling-mask"], "... with the learner on the sampler's support"),
     "entropy_bonus": (["--entropy-coef", "0.02"], "an entropy bonus, alpha 0.02"),
-    "olmo3": (["--recipe", "olmo3"], "the book's OLMo 3 style recipe (items 1-7)"),
-    "deepseek_v32": (["--recipe", "deepseek_v32"], "the book's DeepSeek-V3.2 style recipe (items 8-12)"),
     # a stress regime for what the book regime does not show here: the format bonus farmed
     "format_tight": (["--format-weight", "1.0", "--max-new-tokens", "26", "--steps", "200", "--eval-every", "20"],
                      "a format bonus worth a right answer; 26 tokens do not fit every 3-step reasoning"),
@@ -77,6 +76,9 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
                       "... with PPO's clip at 0.2 per token instead"),
     "book_token_noclip": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "ppo", "--ratio-level", "token", "--clip", "inf"],
                           "... the ratio per token, but no clip: which of the two changes rescues"),
+    # the book's 7_7_improvements/ scripts: its algorithm plus the closing list's items (config.RECIPES)
+    "olmo3": (["--recipe", "olmo3", *BOOK_LENGTH], "the book's olmo3_style.py: 7_5 with items 1-7"),
+    "deepseek_v32": (["--recipe", "deepseek_v32", *BOOK_LENGTH], "the book's deepseek_v32_style.py: 7_5 with items 8-12"),
     "book_format": ([*BOOK, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight", "1"],
                     "the book's 7_6_plus_format_reward.py: <think> before </think> is worth a right answer"),
     "book_format_gated": ([*BOOK, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight", "1", "--gated"],
@@ -113,7 +115,7 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "gspo_cispo": (["baseline", "gspo", "cispo"], "eval_acc,reward,entropy,resp_len,clip_frac,ratio_max"),
     "sampler": (["baseline", "topp", "topp_tis", "topp_keepmask"], "eval_acc,sampler_gap,tis_weight_max,entropy"),
     "entropy": (["baseline", "entropy_bonus"], "eval_acc,entropy,resp_len,reward"),
-    "recipes": (["baseline", "olmo3", "deepseek_v32"], "eval_acc,reward,entropy,resp_len,clip_frac,kl"),
+    "recipes": (["book_nokl", "olmo3", "deepseek_v32"], "eval_acc,reward,entropy,resp_len,clip_frac,zero_std_frac"),
     "format_tight": (["format_tight", "format_tight_gated"],
                      "eval_acc,reward_correct,reward_format,resp_len,truncated_frac,entropy"),
     # lesson 1: the book's naive KL against k3 and a smaller beta, then against what removes the mismatch

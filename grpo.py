@@ -83,11 +83,13 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
             kept = off_policy_keep(logp, sampler_logp, A, mask, cfg.off_policy_mask) \
                 if math.isfinite(cfg.off_policy_mask) else None  # (b,)
             objective = grpo_loss(logp, old, ref, A if kept is None else A * kept, mask, cfg, entropy, weight)
+            if cfg.kl > 0 and policy.cfg.vocab_size <= EXACT_KL_VOCAB:  # what the KL term estimates, exactly
+                objective.terms["kl_exact"] = exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg)
             grad_norm = optimizer_step(policy_ddp, opt, objective.loss, cfg.max_grad_norm, stats.n_updates,
                                        cfg.mu * len(minibatches))
             update_stats(stats, objective, logp, old, entropy, mask, grad_norm, kept)
         if epoch == 0:
-            batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask)
+            batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask, cfg.group_size)
     return first_batch, stats.result()
 
 
@@ -409,3 +411,30 @@ def off_policy_keep(logp, sampler_logp, adv, mask, delta):
     """
     kl = sequence_mean(sampler_logp - logp, mask)[:, 0]  # (B,)
     return (~((adv < 0) & (kl > delta))).to(logp.dtype)
+
+
+EXACT_KL_VOCAB = 4096  # up to this vocabulary a step with a KL term also logs its exact value
+
+
+@torch.no_grad()
+def exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg):
+    """The KL term's target, summed over the whole vocabulary instead of estimated from the
+    sampled tokens: KL(pi || pi_ref) = sum_v pi(v) (log pi(v) - log pi_ref(v)) at each
+    sampled position (summed over an answer's positions for --kl-level sequence), aggregated
+    as the term is. kl_penalty's estimate matches it on samples of pi; on pi_old's, only
+    re-weighted (--kl-reweight). Two no-grad passes with the full logits: a small vocabulary's."""
+    T = cfg.temperature if cfg.learner_temperature is None else cfg.learner_temperature
+    m = loss_mask[rows]  # (b, T)
+
+    def logprobs(model):  # (n, V) over the completion positions
+        h = model(batch.tokens[rows][:, :-1], batch.mask[rows][:, :-1], hidden=True)[m]  # (n, d)
+        logits = h @ model.lm_head_weight.t() / T
+        if batch.support is not None:
+            logits = logits.masked_fill(~batch.support[rows][m], float("-inf"))
+        return logits.log_softmax(-1)
+    lp, ref = logprobs(policy), logprobs(ref_policy)
+    per_token = (lp.exp() * (lp - ref).nan_to_num(0.0)).sum(-1)  # (n,): -inf - -inf outside a kept support
+    kl = lp.new_zeros(m.shape).masked_scatter(m, per_token)  # (b, T)
+    if cfg.kl_level == "sequence":
+        kl = kl.sum(1, keepdim=True)  # (b, 1)
+    return aggregate(kl, m, cfg.loss_agg, cfg.max_new_tokens)

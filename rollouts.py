@@ -10,6 +10,7 @@ Then the row plumbing for grpo.py (keeping whole groups, stacking rounds of diff
 lengths, splitting a batch into minibatches of groups), and at the end `sample_batch`,
 one step's rollouts with DAPO's dynamic sampling (keep only groups whose rewards differ).
 """
+import copy
 from dataclasses import dataclass, fields
 
 import torch
@@ -41,9 +42,12 @@ def rollout(policy, enc, problems, cfg, generator):
     repeated = [p for p in problems for _ in range(cfg.group_size)]  # each prompt G times, adjacent
     prompts = [encode_prompt(enc, p.prompt) for p in repeated]
     stop = stop_tokens(enc)  # <|endoftext|>; for the reasoning Qwen3 <|im_end|> too
-    policy.eval()
+    # --sampler-dtype bfloat16: the same weights rounded to bf16 draw the answers (a stress: the
+    # sampler's log-probs then differ from the fp32 learner's in every token, by rounding alone)
+    sampler = policy if cfg.sampler_dtype == "float32" else copy.deepcopy(policy).to(torch.bfloat16)
+    sampler.eval()
     tokens, mask, sampler_logp, sampler_entropy, support = generate(
-        policy, prompts, cfg.max_new_tokens, stop, cfg.temperature, cfg.top_k, cfg.top_p, generator,
+        sampler, prompts, cfg.max_new_tokens, stop, cfg.temperature, cfg.top_k, cfg.top_p, generator,
         keep_support=cfg.keep_sampling_mask)
     policy.train()
     P = max(map(len, prompts))

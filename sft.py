@@ -111,7 +111,14 @@ def main(args):
     tasks.check_level(args.level), tasks.check_level(args.eval_level)
     spec = build_tokenizer_spec(args.seed)
     enc = build_tokenizer(spec)
-    cfg = GPTConfig(vocab_size=enc.n_vocab, n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model)
+    cfg = GPTConfig(vocab_size=enc.n_vocab, n_layer=args.n_layer, n_head=args.n_head, d_model=args.d_model,
+                    max_seq_len=args.max_seq_len)
+    if tasks.check_level(args.level)[2]:  # a try budget: every honest answer ends by itself, so it must fit
+        longest = max(len(encode_text(enc, p.prompt)) + len(encode_completion(enc, p.solution())) + 1
+                      for p, _ in zip(tasks.problems(args.level, tasks.EVAL_SEED), range(2000)))
+        if longest > cfg.max_seq_len:
+            raise ValueError(f"--max-seq-len {cfg.max_seq_len} is shorter than the {longest} tokens of the longest "
+                             f"prompt and honest answer of --level {args.level}: raise it to >= {longest}")
     model = GPT(cfg)
     trained = distributed.wrap(model)  # DDP: the backward averages the gradients over the ranks
     log(f"warm start: {count_params(model) / 1e6:.2f}M params, vocab {enc.n_vocab}, {args.steps} steps "
@@ -172,6 +179,8 @@ def get_parser():
     ap.add_argument("--n-layer", type=int, default=2, help="transformer blocks")
     ap.add_argument("--n-head", type=int, default=4, help="attention heads")
     ap.add_argument("--d-model", type=int, default=128, help="width")
+    ap.add_argument("--max-seq-len", type=int, default=GPTConfig.max_seq_len,
+                    help="positions the model has (prompt + completion): the longest answer RL may cap at")
     # optimisation
     ap.add_argument("--steps", type=int, default=1400, help="optimizer steps")
     ap.add_argument("--batch-size", type=int, default=64, help="sequences per step")
@@ -201,6 +210,10 @@ if __name__ == "__main__":
     if not 0 <= args.label_smoothing < 1:
         get_parser().error(f"--label-smoothing must be in [0, 1), got {args.label_smoothing}: it is the share of "
                            "each target's probability spread over the vocabulary")
+    if not 0 <= args.direct_frac <= 1:
+        get_parser().error(f"--direct-frac must be in [0, 1], got {args.direct_frac}: it is the share of chains "
+                           "answered without reasoning")
+
     try:
         main(args)
     except ValueError as e:

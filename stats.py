@@ -52,17 +52,22 @@ def update_stats(stats, objective, logp, old_logp, entropy, mask, grad_norm, kep
 
 
 @torch.no_grad()
-def batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask):
-    """Record a sampled batch (rollouts.Rollouts): rewards (every term rewards.score
-    returns), advantages, lengths (of the right and the wrong answers too), zero-variance
-    groups, and the sampler-learner gap with what the policy gradient makes of it (pg_k1).
-    adv (B,), zero_std_groups (n_groups,), old_logp and loss_mask (B, T)."""
+def batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask, G):
+    """Record a sampled batch (rollouts.Rollouts) of groups of G: rewards (every term
+    rewards.score returns), advantages, lengths (of the right and the wrong answers too),
+    zero-variance groups, and the sampler-learner gap with what the policy gradient makes
+    of it (pg_k1). adv (B,), zero_std_groups (n_groups sampled, dynamic sampling's dropped
+    ones too), old_logp and loss_mask (B, T)."""
     for name, r in batch.rewards.items():
         stats.mean("reward" if name == "total" else "reward_" + name, r)
     stats.std("reward_std", batch.rewards["total"])
     stats.mean("adv_mean", adv)
     stats.std("adv_std", adv)
     stats.mean("zero_std_frac", zero_std_groups)
+    r = batch.rewards["total"].view(-1, G)  # (n_groups, G)
+    stats.count("signal_groups", (r != r[:, :1]).any(1))  # the trained groups whose advantages are not all 0
+    # how much of the advantage the correctness reward still sets, beside a dense term (GDPO)
+    stats.corr("adv_correct_corr", adv, batch.rewards["correct"], torch.ones_like(adv, dtype=torch.bool))
     lengths = batch.loss_mask.sum(1)  # (B,)
     stats.mean("resp_len", lengths)
     stats.max("resp_len_max", lengths)

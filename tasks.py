@@ -55,14 +55,19 @@ from math_grader import math_answer_equal  # noqa: F401 (the MATH grader, import
 PROMPT_TEMPLATE = "Evaluate left to right: {expr}\n"  # the one prompt template
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 SEARCH_TEMPLATE = "Find ? in: {expr}\n"  # the search problems' prompt
-LEVELS = {  # name -> (relative frequency of chains of 1, 2, 3, 4 operations, share of search problems)
-    "easy": ((1, 1, 0, 0), 0.0),
-    "medium": ((0, 1, 1, 0), 0.0),
-    "hard": ((0, 0, 1, 1), 0.0),
-    "mixed": ((4, 3, 2, 1), 0.0),  # the warm start: mostly short chains, a few long ones
+LEVELS = {  # name -> (relative frequency of chains of 1, 2, 3, 4 operations, share of search problems,
+    #           a search's budget of tries: None searches until it finds the digit)
+    "easy": ((1, 1, 0, 0), 0.0, None),
+    "medium": ((0, 1, 1, 0), 0.0, None),
+    "hard": ((0, 0, 1, 1), 0.0, None),
+    "mixed": ((4, 3, 2, 1), 0.0, None),  # the warm start: mostly short chains, a few long ones
     # the runaway's regime (EXPERIMENTS.md, lesson 4): chains and searches, whose failures are long
-    "mixed_search": ((4, 3, 2, 1), 0.5),  # its warm start
-    "medium_search": ((0, 1, 1, 0), 0.75),  # its RL problems; it is evaluated on medium's chains
+    "mixed_search": ((4, 3, 2, 1), 0.5, None),  # its warm start
+    "medium_search": ((0, 1, 1, 0), 0.75, None),  # its RL problems; it is evaluated on medium's chains
+    # ... with a budget: a search gives up after 3 tries with a guess, so every honest answer, right or
+    # wrong, ends by itself, and a cap 2-3 times the longest leaves a flattening learner room to ramble
+    "mixed_budget": ((4, 3, 2, 1), 0.5, 3),  # its warm start
+    "medium_budget": ((0, 1, 1, 0), 0.75, 3),
 }
 MAX_VALUE = 30  # every intermediate result stays in 0..MAX_VALUE
 EVAL_SEED = 1234
@@ -88,9 +93,14 @@ class Problem:
 
 
 def check_level(level):
-    """(chain-length weights, share of searches) of a level, or one line naming the levels."""
+    """(chain-length weights, share of searches, try budget) of a level, or one line naming the
+    levels, or the numbers of a level that cannot work."""
     if level not in LEVELS:
         raise ValueError(f"unknown difficulty {level!r}; choose one of {', '.join(LEVELS)}")
+    weights, share, budget = LEVELS[level]
+    if min(weights) < 0 or sum(weights) <= 0 or not 0 <= share <= 1 or (budget is not None and budget < 1):
+        raise ValueError(f"level {level!r} cannot work: chain weights {weights} (>= 0, some > 0), search share "
+                         f"{share} (in [0, 1]), try budget {budget} (>= 1, or None)")
     return LEVELS[level]
 
 
@@ -140,6 +150,7 @@ class SearchProblem:
     expr: str  # "?*3+2=20"
     answer: int  # 6
     tries: tuple  # ("4*3=12 12+2=14", "9*3=27 27+2=29", "6*3=18 18+2=20"): the last one is right
+    guess: int = None  # with a budget of tries that ran out first: the untried digit it boxes instead
 
     @property
     def prompt(self):
@@ -148,7 +159,7 @@ class SearchProblem:
     def solution(self, think=True, tries=None):
         """The reference completion (or one with only its last `tries` tries: 1 is the
         shortest right search). Without reasoning it is a guess, so the warm start never uses it."""
-        answer = "\\boxed{%d}" % self.answer
+        answer = "\\boxed{%d}" % (self.answer if self.guess is None else self.guess)
         shown = self.tries if tries is None else self.tries[-tries:]
         return THINK_OPEN + " ".join(shown) + THINK_CLOSE + answer if think else answer
 
@@ -165,8 +176,10 @@ def _chain_from(x, ops):
     return value, steps
 
 
-def make_search_problem(rng, n_ops):
-    """One random search over the digits 1..9 whose chain of n_ops operations has one answer."""
+def make_search_problem(rng, n_ops, budget=None):
+    """One random search over the digits 1..9 whose chain of n_ops operations has one answer;
+    with a budget, a search that has not found it after `budget` tries boxes an untried
+    digit instead (right by luck only)."""
     while True:
         ops = [(rng.choice("+-*"), rng.randint(1, 9)) for _ in range(n_ops)]
         results = {x: _chain_from(x, ops) for x in range(1, 10)}  # x -> (value, steps)
@@ -176,7 +189,17 @@ def make_search_problem(rng, n_ops):
             continue
         order = [g for g in rng.sample(range(1, 10), 9) if results[g][0] is not None]  # the tries' order
         tries = tuple(" ".join(results[g][1]) for g in order[:order.index(x) + 1])
-        return SearchProblem("?" + "".join(f"{op}{b}" for op, b in ops) + f"={target}", x, tries)
+        expr = "?" + "".join(f"{op}{b}" for op, b in ops) + f"={target}"
+        if budget is None or len(tries) <= budget:
+            return SearchProblem(expr, x, tries)
+        return SearchProblem(expr, x, tries[:budget], guess=rng.choice(order[budget:]))
+
+
+def longest_answer(level, count, n=2000):
+    """The most tokens (count(text) -> int) that an honest answer to a level with a try budget
+    takes among n of its searches (0 without a budget: a search then runs until it finds)."""
+    stream = (p for p in problems(level, EVAL_SEED) if isinstance(p, SearchProblem))
+    return max((count(p.solution()) for p, _ in zip(stream, range(n))), default=0) if check_level(level)[2] else 0
 
 
 def longest_first_try(level, count, n=2000):
@@ -188,12 +211,12 @@ def longest_first_try(level, count, n=2000):
 
 def problems(level, seed, split="train"):
     """Endless deterministic stream of problems of one split (train or eval)."""
-    weights, search_share = check_level(level)
+    weights, search_share, budget = check_level(level)
     rng = random.Random(seed)
     while True:
         n_ops = rng.choices(range(1, len(weights) + 1), weights)[0]
         if search_share and rng.random() < search_share:  # (levels without searches draw as they always did)
-            p = make_search_problem(rng, rng.choice((1, 2)))
+            p = make_search_problem(rng, rng.choice((1, 2)), budget)
         else:
             p = make_problem(rng, n_ops)
         if is_eval(p.expr) == (split == "eval"):

@@ -50,7 +50,7 @@ import grpo
 import rewards
 import sft
 import tasks
-from evaluation import evaluate
+from evaluation import evaluate, pass_at_k
 from model import CheckpointError, load_checkpoint, save_checkpoint
 from qwen3 import load_pretrained, save_pretrained
 from tokenizer import build_tokenizer, encode_completion, load_pretrained_tokenizer
@@ -83,6 +83,9 @@ def get_parser():
     g.add_argument("--eval-sampled", action="store_true",
                    help="also log eval_sampled_acc: one answer per held-out problem drawn as the rollouts are "
                         "(--temperature, --top-p, --top-k), where greedy decoding hides a flattened learner")
+    g.add_argument("--eval-pass-k", type=int, default=0, metavar="K",
+                   help="also log eval_pass_at_k: the share of the first 200 held-out problems that K answers "
+                        "sampled at --temperature get right at least once (0: off)")
     g.add_argument("--eval-every", type=int, default=10, help="evaluate (greedy) every N steps")
     g.add_argument("--samples-every", type=int, default=10, help="log a few completions every N steps")
     g.add_argument("--eval-answers", type=int, default=3, metavar="N",
@@ -191,8 +194,8 @@ def check_args(args):
     if args.learner_temperature is not None and not args.learner_temperature > 0:
         raise ValueError(f"--learner-temperature must be > 0 (it divides the learner's logits), "
                          f"got {args.learner_temperature}")
-    if args.eval_answers < 0:
-        raise ValueError(f"--eval-answers must be >= 0, got {args.eval_answers}")
+    if args.eval_answers < 0 or args.eval_pass_k < 0:
+        raise ValueError(f"--eval-answers and --eval-pass-k must be >= 0, got {args.eval_answers}, {args.eval_pass_k}")
     if args.clip < 0 or (args.clip_high is not None and args.clip_high < 0):
         raise ValueError("--clip and --clip-high must be >= 0")
     if args.tis_cap < 0 or args.off_policy_mask < 0:
@@ -224,6 +227,9 @@ def refuse_contradictions(args):
                          "(0: off)")
     if args.dual_clip and args.objective != "ppo":
         raise ValueError(f"--dual-clip bounds PPO's clipped objective; --objective {args.objective} has no such bound")
+    if args.sampler_dtype == "bfloat16" and (args.dtype == "bfloat16" or resolve_device(args.device) == "cuda"):
+        raise ValueError("--sampler-dtype bfloat16 samples beside an fp32 learner, but the learner runs in bf16 "
+                         "already (--dtype bfloat16, or bf16 autocast on CUDA): there is no mismatch to add")
     if args.keep_sampling_mask and args.top_p >= 1 and args.top_k <= 0:
         raise ValueError("--keep-sampling-mask keeps the support top-p / top-k sampled from, but neither cuts one "
                          "(--top-p 1, --top-k 0): it would change nothing and cost B x T x V bools")
@@ -246,12 +252,19 @@ def inert_flags(args):
 
 def check_task_fit(args, enc, init_ckpt):
     """A search level (tasks.SearchProblem) is refused in one line when the token cap cannot hold
-    even a right first try; a warm start that never saw a search gets a warning (it cannot search)."""
+    even a right first try, or with a try budget, its longest honest answer; a warm start that
+    never saw a search gets a warning (it cannot search)."""
+    count = lambda text: len(encode_completion(enc, text)) + 1  # noqa: E731  tokens, with the end of text
     for level in {args.level, args.eval_level or args.level}:
-        need = tasks.longest_first_try(level, lambda text: len(encode_completion(enc, text)) + 1)
+        need = tasks.longest_first_try(level, count)
         if need > args.max_new_tokens:
             raise ValueError(f"--max-new-tokens {args.max_new_tokens} is shorter than the {need} tokens that a right "
                              f"first try of --level {level} can take (with its end of text): raise it to >= {need}")
+        honest = tasks.longest_answer(level, count)  # with a try budget, every honest answer ends by itself
+        if honest > args.max_new_tokens:
+            raise ValueError(f"--max-new-tokens {args.max_new_tokens} is shorter than the {honest} tokens of the "
+                             f"longest honest answer of --level {level} (a search's whole budget of tries): raise it "
+                             f"to >= {honest}")
     sft_level = (init_ckpt or {}).get("task", {}).get("sft_level")
     if tasks.check_level(args.level)[1] and sft_level in tasks.LEVELS and not tasks.check_level(sft_level)[1]:
         print(f"train.py: warning: --level {args.level} has search problems, but the warm start {args.init} "
@@ -483,6 +496,11 @@ def main(args):
                                       args.eval_fallback, sampler)
             record["eval_sampled_acc"] = ev_sampled["accuracy"]
             sampled = f" | sampled {record['eval_sampled_acc']:.1%}"
+        if args.eval_pass_k:  # the same seed on every rank: each computes the same number
+            with autocast(device):
+                record["eval_pass_at_k"] = pass_at_k(policy, enc, evalset[:200], args.eval_pass_k, args.temperature,
+                                                     step_seed(args.seed, step) + 104729, args.max_new_tokens)["pass"]
+            sampled += f" | pass@{args.eval_pass_k} {record['eval_pass_at_k']:.1%}"
         if rank == 0:
             log_answers(answers_path, step, ev, ev_sampled, args.eval_answers)
         log(f"eval step {step}: accuracy {ev['accuracy']:.1%}{sampled} | think format {ev['format']:.1%} "

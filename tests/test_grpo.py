@@ -311,7 +311,7 @@ def test_grpo_learns_a_trivial_reward(enc, tiny_model, digit_reward):
         _, stats = grpo.grpo_step(model, None, opt, enc, lambda: next(stream), 16, cfg, gen)
         rewards_seen.append(stats["reward"])
         assert all(math.isfinite(v) for v in stats.values() if v is not None)
-        assert {k for k, v in stats.items() if v is None} <= {"pg_k1", "resp_len_correct", "resp_len_wrong"}
+        assert {k for k, v in stats.items() if v is None} <= {"pg_k1", "resp_len_correct", "resp_len_wrong", "adv_correct_corr"}
     first, last = sum(rewards_seen[:5]) / 5, sum(rewards_seen[-5:]) / 5
     assert first < 0.2 and last > 0.6, (first, last)
 

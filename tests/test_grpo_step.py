@@ -298,7 +298,7 @@ def test_the_mismatch_diagnostics_on_a_hand_built_batch():
                             loss_mask=mask, truncated=torch.tensor([False, False]), mask=mask, sampler_logp=q,
                             sampler_entropy=torch.zeros(2, 4))
     step = StepStats()
-    stats.batch_stats(step, batch, torch.tensor([1.0, -1.0]), torch.tensor([False]), old, mask)
+    stats.batch_stats(step, batch, torch.tensor([1.0, -1.0]), torch.tensor([False]), old, mask, G=2)
     got = step.result()
     tokens = [x for row in w for x in row]
     log = [math.log(x) for x in tokens]
@@ -311,6 +311,7 @@ def test_the_mismatch_diagnostics_on_a_hand_built_batch():
     assert got["sampler_gap_max"] == pytest.approx((math.log(2) + math.log(2)) / 2)  # each answer's largest |log w|
     x, y = old[mask].double(), q[mask].double()
     assert got["sampler_logp_corr"] == pytest.approx(torch.corrcoef(torch.stack([x, y]))[0, 1].item())
+    assert got["signal_groups"] == 1 and got["adv_correct_corr"] == pytest.approx(1.0)  # one group of 2, rewards differ
 
 
 def test_the_mismatch_diagnostics_when_the_sampler_is_the_learner():
@@ -322,8 +323,38 @@ def test_the_mismatch_diagnostics_when_the_sampler_is_the_learner():
                             truncated=torch.tensor([False, False]), mask=mask, sampler_logp=q,
                             sampler_entropy=torch.zeros(2, 3))
     step = StepStats()
-    stats.batch_stats(step, batch, torch.zeros(2), torch.tensor([True]), q.clone(), mask)
+    stats.batch_stats(step, batch, torch.zeros(2), torch.tensor([True]), q.clone(), mask, G=2)
     got = step.result()
     for key in ("sampler_kl_k1", "sampler_kl_k3", "tis_chi2", "sampler_gap_max"):
         assert got[key] == pytest.approx(0.0, abs=1e-7), key
     assert got["tis_ess"] == pytest.approx(1.0) and got["sampler_logp_corr"] == pytest.approx(1.0)
+    assert got["signal_groups"] == 0 and got["adv_correct_corr"] is None  # equal rewards: no signal, no correlation
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_exact_kl_sums_the_kl_over_the_whole_vocabulary(enc, tiny_model, digit_reward, level):
+    """exact_kl: at each sampled position sum_v pi(v) (log pi(v) - log pi_ref(v)) at the learner's
+    temperature, per answer for the sequence level, aggregated as the KL term; 0 against itself.
+    A step with a KL term logs it beside the estimate, kl_exact."""
+    policy, ref = tiny_model(0), tiny_model(1)
+    cfg = GRPOConfig(**CFG, kl=0.1, kl_level=level, kl_estimator="k3" if level == "token" else "k1",
+                     learner_temperature=1.5)
+    stream = tasks.problems("easy", 0)
+    batch = rollouts.rollout(policy, enc, [next(stream) for _ in range(3)], cfg, torch.Generator().manual_seed(0))
+    rows, m = torch.arange(len(batch.texts)), batch.loss_mask
+    per_answer = []
+    for i in rows.tolist():
+        total = 0.0
+        for t in m[i].nonzero()[:, 0].tolist():
+            prefix, pmask = batch.tokens[i:i + 1, :t + 1], batch.mask[i:i + 1, :t + 1]
+            lp = (policy(prefix, pmask)[0, -1].double() / 1.5).log_softmax(-1)
+            lq = (ref(prefix, pmask)[0, -1].double() / 1.5).log_softmax(-1)
+            kl_t = (lp.exp() * (lp - lq)).sum().item()
+            total += kl_t if level == "sequence" else kl_t / m[i].sum().item()  # seq_mean of each token's KL
+        per_answer.append(total)
+    with torch.no_grad():
+        got = grpo.exact_kl(policy, ref, batch, rows, m, cfg).item()
+        assert got == pytest.approx(sum(per_answer) / len(per_answer), rel=1e-4)
+        assert grpo.exact_kl(policy, policy, batch, rows, m, cfg).item() == pytest.approx(0.0, abs=1e-6)
+    logged = run_step(enc, tiny_model(0), cfg, ref=tiny_model(1))[1]
+    assert logged["kl_exact"] > 0 and "kl" in logged

@@ -19,7 +19,7 @@ def test_generator_is_deterministic():
 
 @pytest.mark.parametrize("level", list(tasks.LEVELS))
 def test_reference_solutions_evaluate_to_answer(level):
-    weights, search_share = tasks.LEVELS[level]
+    weights, search_share, _ = tasks.LEVELS[level]
     drawn = take(tasks.problems(level, 3), 300)
     searches = [p for p in drawn if isinstance(p, tasks.SearchProblem)]
     assert (len(searches) > 0) == (search_share > 0)
@@ -45,10 +45,13 @@ def test_levels_without_searches_draw_the_problems_they_always_drew():
     assert [p.expr for p in tasks.eval_set("medium", 2)] == ["6+1+1", "2*8+2"]
 
 
-@pytest.mark.parametrize("level", [name for name, (_, share) in tasks.LEVELS.items() if share])
+@pytest.mark.parametrize("level", [name for name, (_, share, _) in tasks.LEVELS.items() if share])
 def test_a_search_tries_digits_until_the_one_answer(level):
     """Each try evaluates its digit's chain correctly, no digit twice, the last try is the
-    answer, and no other digit 1..9 reaches the target (the answer is unique)."""
+    answer, and no other digit 1..9 reaches the target (the answer is unique); with a budget
+    of tries, a search that used it up without the answer boxes an untried digit instead."""
+    budget = tasks.LEVELS[level][2]
+    gave_up = 0
     for p in (p for p in take(tasks.problems(level, 4), 400) if isinstance(p, tasks.SearchProblem)):
         chain, target = p.expr.split("=")
         assert chain.startswith("?") and 1 <= len(re.findall(r"[-+*]", chain)) <= 2
@@ -64,11 +67,18 @@ def test_a_search_tries_digits_until_the_one_answer(level):
                 lhs, rhs = step.split("=")
                 assert lhs.startswith(str(value)) and tasks.evaluate_chain(lhs) == int(rhs)
                 value = int(rhs)
-            assert (value == int(target)) == (attempt == p.tries[-1])
-        assert tried[-1] == p.answer and len(set(tried)) == len(tried)
-        assert p.solution() == "<think>" + " ".join(p.tries) + "</think>\\boxed{%d}" % p.answer
-        assert p.solution(tries=1) == "<think>" + p.tries[-1] + "</think>\\boxed{%d}" % p.answer
+            assert (value == int(target)) == (attempt == p.tries[-1] and p.guess is None)
+        assert len(set(tried)) == len(tried) and (budget is None or len(tried) <= budget)
+        if p.guess is None:  # found: the last try is the answer
+            assert tried[-1] == p.answer
+        else:  # gave up after the whole budget, without the answer, and guessed a digit not tried
+            gave_up += 1
+            assert len(tried) == budget and p.answer not in tried and p.guess not in tried and 1 <= p.guess <= 9
+        boxed = p.answer if p.guess is None else p.guess
+        assert p.solution() == "<think>" + " ".join(p.tries) + "</think>\\boxed{%d}" % boxed
+        assert p.solution(tries=1) == "<think>" + p.tries[-1] + "</think>\\boxed{%d}" % boxed
         assert p.prompt == "Find ? in: %s\n" % p.expr
+    assert (gave_up > 0) == (budget is not None)
 
 
 def _within_range(expr):
@@ -146,3 +156,13 @@ def test_merges_keep_digits_single_and_shorten_boilerplate(enc):
     assert len(encode_text(enc, "Evaluate left to right: ")) < 10
     assert len(encode_completion(enc, "\\boxed{")) == 1
     assert learn_merges(["aaaa"], 5)[0] == b"aa"
+
+
+@pytest.mark.parametrize("bad", [((1, 1, 0, 0), 0.5, 0), ((1, 1, 0, 0), 1.5, None), ((0, 0, 0, 0), 0.0, None),
+                                 ((1, -1, 0, 0), 0.0, None)])
+def test_a_level_that_cannot_work_is_refused_naming_its_numbers(monkeypatch, bad):
+    """A try budget of 0, a search share outside [0, 1], chain weights that draw nothing: one line."""
+    monkeypatch.setitem(tasks.LEVELS, "bad", bad)
+    with pytest.raises(ValueError, match=r"level 'bad' cannot work: chain weights .* try budget") as e:
+        next(tasks.problems("bad", 0))
+    assert "\n" not in str(e.value) and str(bad[2]) in str(e.value)

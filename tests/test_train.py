@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 
+import evaluation
 import grpo
 import rewards
 import tasks
@@ -252,8 +253,13 @@ def test_each_evaluation_writes_the_answers_to_the_first_held_out_problems(warm,
     each evaluation, step 0 included (and the sampled one with --eval-sampled), as evaluate()
     graded it; a resume keeps exactly one line per problem and evaluation."""
     run_dir = train.main(args_for(warm, tmp_path, "--steps", "4", "--save-every", "2", "--eval-answers", "3",
-                                  "--eval-sampled"))
+                                  "--eval-sampled", "--eval-pass-k", "2"))
     rows, held_out = read_answers(run_dir), tasks.eval_set("easy", 8)
+    policy, ckpt = train.load_checkpoint(os.path.join(run_dir, "ckpt_step0.pt"))  # --eval-pass-k: pass@2 at each eval
+    from tokenizer import build_tokenizer
+    want = evaluation.pass_at_k(policy, build_tokenizer(ckpt["tokenizer"]), held_out, 2, 1.0,
+                                train.step_seed(0, 0) + 104729, 16)["pass"]
+    assert read_metrics(run_dir)[0]["eval_pass_at_k"] == pytest.approx(want)
     assert [(r["step"], r["prompt"]) for r in rows] == [(s, p.prompt) for s in (0, 2, 4) for p in held_out[:3]]
     for r in rows:
         assert r["answer"] == held_out[[p.prompt for p in held_out].index(r["prompt"])].answer
@@ -378,6 +384,18 @@ def test_a_cap_that_cannot_hold_a_right_first_try_is_refused_naming_the_numbers(
                          *train.load_init(args_for(warm, tmp_path))[1:])  # exactly enough passes
     with pytest.raises(ValueError, match="--level medium_search can take"):  # the held-out level is checked too
         train.main(args_for(warm, tmp_path, "--eval-level", "medium_search", "--max-new-tokens", "12"))
+
+
+def test_a_cap_shorter_than_the_longest_honest_answer_of_a_budget_is_refused(warm, tmp_path):
+    """With a try budget every honest answer ends by itself; a cap that would cut one is refused,
+    naming the numbers, before the run folder exists; exactly enough passes."""
+    with pytest.raises(ValueError, match=r"--max-new-tokens 40 is shorter than the (\d+) tokens of the longest "
+                                         r"honest answer of --level medium_budget") as e:
+        train.main(args_for(warm, tmp_path, "--level", "medium_budget", "--max-new-tokens", "40"))
+    need = int(re.search(r"the (\d+) tokens", str(e.value)).group(1))
+    assert 40 < need <= 80 and "\n" not in str(e.value) and not os.path.exists(tmp_path / "r")
+    train.check_task_fit(args_for(warm, tmp_path, "--level", "medium_budget", "--max-new-tokens", str(need)),
+                         *train.load_init(args_for(warm, tmp_path))[1:])
 
 
 def test_a_warm_start_that_never_searched_is_warned_about_once(warm, tmp_path, capsys):

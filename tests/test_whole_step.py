@@ -719,6 +719,24 @@ def test_tis_cap_weights_each_token_by_the_capped_learner_to_sampler_ratio(warm_
     assert step.stats["tis_weight_max"] == pytest.approx(ratio[m].max().item(), rel=1e-4)  # logged uncapped
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_sampler_dtype_draws_from_bf16_weights_beside_the_fp32_learner(warm_policy, table, dtype):
+    """bfloat16: the answers and their sampler log-probs come from the weights rounded to bf16,
+    the learner's log-probs and gradient from the fp32 weights: a gap from rounding alone."""
+    model, enc = warm_policy()
+    cfg = GRPOConfig(**BASE, sampler_dtype=dtype)
+    step = run(model, enc, cfg)
+    b, m = step.batch, completion(step.batch)
+    rounded = copy.deepcopy(step.before).to(torch.bfloat16)
+    drew_with = logprobs(rounded if dtype == "bfloat16" else step.before, b, 1.0)  # full forward, float64 softmax
+    learner = logprobs(step.before, b, 1.0)
+    torch.testing.assert_close(b.sampler_logp[m].double(), drew_with[m], rtol=0, atol=0.05 if dtype == "bfloat16" else 1e-5)
+    torch.testing.assert_close(step.updates[0].logp[m].double(), learner[m], rtol=1e-4, atol=1e-5)  # fp32 learner
+    gap = (learner - b.sampler_logp.double())[m].abs()
+    assert (gap.mean() > 1e-3) == (dtype == "bfloat16") and next(model.parameters()).dtype == torch.float32
+    assert_grad(step.updates[0], on_policy_grad(step, cfg))
+
+
 @pytest.mark.parametrize("keep", [False, True])
 def test_keep_sampling_mask_makes_the_learners_logprobs_the_samplers(warm_policy, table, keep):
     model, enc = warm_policy()
@@ -830,6 +848,7 @@ FLAG_TESTS = {  # GRPOConfig field -> the tests in this file that run a step wit
     "off_policy_mask": ["test_off_policy_mask_drops_the_negative_sequences_far_from_the_sampler"],
     "kl_reweight": ["test_kl_estimator_level_and_reweight_through_the_step"],
     "lr": ["test_lr_is_the_size_of_adams_first_step"],
+    "sampler_dtype": ["test_sampler_dtype_draws_from_bf16_weights_beside_the_fp32_learner"],
     "max_grad_norm": ["test_max_grad_norm_caps_the_norm_of_the_update"],
 }
 
