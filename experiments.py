@@ -146,12 +146,30 @@ def broken_vs_fixed(broken, fixed, points=0.15):
     return broken["peak"] - broken["final"] >= points and fixed["final"] - broken["final"] >= points
 
 
-def runs_away(broken, fixed):
-    """The runaway as the book's 7_3 shows it, all three: the learner's entropy (a 20-step
-    mean) reaches half its maximum, ln V; half the answers of 20 steps run into the token cap;
-    and accuracy falls as broken_vs_fixed asks."""
-    return (broken["entropy_peak"] >= 0.5 * broken["ln_vocab"] and broken["truncated_peak"] >= 0.5
-            and broken_vs_fixed(broken, fixed))
+def sampled_falls(run, points=0.15):
+    """The held-out accuracy of answers drawn as the rollouts draw them falls `points` from its
+    peak: what the book's 7_3 log shows of its runaway (its training reward, sampled at T 0.8 and
+    top-p 0.9, 0.6-0.9 -> 0.04-0.25), where greedy decoding falls less (46.2% -> 33.0%)."""
+    return run["sampled_peak"] is not None and run["sampled_peak"] - run["sampled_final"] >= points
+
+
+def runs_away(broken, fixed, points=0.15):
+    """The runaway by the signs of the book's 7_3 log: the learner's entropy (a 20-step mean)
+    reaches half its maximum, ln V, and the sampled held-out accuracy falls `points` from its
+    peak and ends `points` below the fix's. Greedy accuracy and the answers at the cap are
+    reported beside it, as signs of their own (lesson_tables)."""
+    return (broken["entropy_peak"] >= 0.5 * broken["ln_vocab"] and sampled_falls(broken, points)
+            and fixed["sampled_final"] is not None and fixed["sampled_final"] - broken["sampled_final"] >= points)
+
+
+def reward_hides_the_collapse(ungated, gated, points=0.15):
+    """The format lesson as the book's two 7_6 runs show it: both runs collapse (sampled accuracy
+    falls `points` from its peak), but ungated the format reward (20-step mean) ends above 0.9 and
+    the total reward's lowest 50-step mean after its peak stays at or above half that peak (the
+    reward a learner watches hides the collapse), while gated it drops below half (it shows it)."""
+    return (sampled_falls(ungated, points) and sampled_falls(gated, points) and ungated["reward_format_end"] > 0.9
+            and ungated["reward_low_after_peak"] >= 0.5 * ungated["reward_peak50"]
+            and gated["reward_low_after_peak"] < 0.5 * gated["reward_peak50"])
 
 
 LESSONS = {  # lesson -> (experiments, check(their summaries for one seed) -> bool, the claim checked)
@@ -164,19 +182,18 @@ LESSONS = {  # lesson -> (experiments, check(their summaries for one seed) -> bo
     "instability": (["book_noclip", "book_ppo_clip"], broken_vs_fixed,
                     "with 4 inner epochs and no clipping accuracy falls >= 15 points from its peak and ends >= 15 "
                     "below PPO's clip at 0.2"),
-    "format_exploit": (["book_format", "book_format_gated"],
-                       lambda u, g: u["reward_format"] > 0.9 and broken_vs_fixed(u, g),
-                       "ungated, the format reward exceeds 0.9 while accuracy falls >= 15 points from its peak and "
-                       "ends >= 15 below the gated run"),
+    "format_exploit": (["book_runaway_format", "book_runaway_format_gated"], reward_hides_the_collapse,
+                       "with the book's 7_6 format bonus both runs run away (sampled accuracy falls >= 15 points from "
+                       "its peak); ungated the format reward ends above 0.9 and the total reward's lowest 50-step mean "
+                       "after its peak stays >= half of it (it hides the collapse); gated it drops below half"),
     "runaway": (["book_runaway", "book_runaway_keepmask"], runs_away,
-                "on-policy without KL (the book's 7_3), the learner's entropy reaches half of ln V, half the answers "
-                "run into the token cap, and accuracy falls >= 15 points from its peak and ends >= 15 below the "
-                "learner on the sampler's support"),
+                "on-policy without KL (the book's 7_3), the learner's entropy reaches half of ln V, and the sampled "
+                "held-out accuracy falls >= 15 points from its peak and ends >= 15 below the learner on the "
+                "sampler's support"),
     "instability_runaway": (["book_runaway_noclip", "book_runaway_ppo_clip"], broken_vs_fixed,
                             "the instability lesson on the runaway's task"),
-    "format_exploit_runaway": (["book_runaway_format", "book_runaway_format_gated"],
-                               lambda u, g: u["reward_format"] > 0.9 and broken_vs_fixed(u, g),
-                               "the format lesson on the runaway's task"),
+    "format_exploit_chains": (["book_format", "book_format_gated"], reward_hides_the_collapse,
+                              "the format lesson on chains alone, which do not run away"),
 }
 
 
@@ -265,7 +282,18 @@ def run_summary(rows):
     out["sampled_peak"], out["sampled_final"] = (max(sampled), sampled[-1]) if sampled else (None, None)
     out["ln_vocab"] = next((r["ln_vocab"] for r in rows if "ln_vocab" in r), float("nan"))
     out["entropy_peak"] = highest_trailing_mean(rows, "entropy")
-    out["truncated_peak"] = highest_trailing_mean(rows, "truncated_frac")
+    # the answers at the cap: the cut share and the wrong answers' length, first 20 steps -> highest 20-step mean
+    for key, name in (("truncated_frac", "truncated"), ("resp_len_wrong", "len_wrong")):
+        means = trailing_means(rows, key)[1]
+        out[name + "_start"] = means[19] if len(means) >= 20 else float("nan")
+        out[name + "_peak"] = highest_trailing_mean(rows, key)
+    reward50 = trailing_means(rows, "reward", 50)[1][49:]  # the total reward's whole 50-step means
+    peak_at = max(range(len(reward50)), key=reward50.__getitem__, default=None)
+    out["reward_peak50"] = reward50[peak_at] if reward50 else float("nan")
+    out["reward_low_after_peak"] = min(reward50[peak_at:]) if reward50 else float("nan")
+    out["reward_format_end"] = mean(r.get("reward_format") for r in steps[-20:])
+    out["bonus"] = mean(r["reward"] - r["reward_correct"] for r in steps if plot.is_number(r.get("reward"))
+                        and plot.is_number(r.get("reward_correct")))  # what the reward pays beyond correctness
     out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
     out["moves"] = first_moves(rows)
     return out
@@ -346,8 +374,9 @@ def moved(run):
 
 
 def lesson_tables(summaries):
-    """Each lesson whose experiments have runs: the claim, in how many seeds it held, and
-    per seed each experiment's peak (step) -> final accuracy and what moved first."""
+    """Each lesson whose experiments have runs: the claim, in how many seeds it held, and per
+    seed each experiment's greedy peak (step) -> final accuracy, the signs of a runaway where
+    they were logged (signs), and what moved first."""
     out = []
     for lesson, (names, check, claim) in LESSONS.items():
         if not all(n in summaries for n in names):
@@ -355,20 +384,34 @@ def lesson_tables(summaries):
         seeds = sorted(set.intersection(*(set(summaries[n]) for n in names)), key=lambda s: int(s[4:]))
         held = [s for s in seeds if check(*(summaries[n][s] for n in names))]
         out += ["", f"**{lesson}** ({claim}): held in {len(held)} of {len(seeds)} seeds", "",
-                "| seed | " + " | ".join(f"{n}: peak (step) -> final" for n in names) + f" | held | {names[0]}: "
-                "highest entropy (of ln V), most answers cut at the cap (20-step means) | what moved first in "
-                + names[0] + " |", "|---|" + "---|" * (len(names) + 3)]
+                "| seed | " + " | ".join(f"{n}: greedy peak (step) -> final" for n in names) + " | held | signs: "
+                f"{names[0]}'s highest entropy (of ln V), cut share and wrong answers' length (first 20 steps -> "
+                "highest 20-step mean); sampled accuracy peak -> final; the reward's 50-step mean peak -> lowest "
+                f"after it | what moved first in {names[0]} |", "|---|" + "---|" * (len(names) + 3)]
         for s in seeds:
             runs = [summaries[n][s] for n in names]
             cells = [f"{r['peak']:.1%} ({r['peak_step']}) -> {r['final']:.1%}" for r in runs]
-            b = runs[0]
-            blowup = "-" if not math.isfinite(b["ln_vocab"] + b["truncated_peak"]) else \
-                f"{b['entropy_peak']:.2f} ({b['entropy_peak'] / b['ln_vocab']:.0%}), {b['truncated_peak']:.0%}"
-            if all(r.get("sampled_final") is not None for r in runs):  # held-out accuracy as the rollouts sample
-                blowup += "; sampled: " + ", ".join(f"{r['sampled_peak']:.0%} -> {r['sampled_final']:.0%}" for r in runs)
-            out.append(f"| {s[4:]} | " + " | ".join(cells) + f" | {'yes' if s in held else 'no'} | {blowup} | "
+            out.append(f"| {s[4:]} | " + " | ".join(cells) + f" | {'yes' if s in held else 'no'} | {signs(runs)} | "
                        f"{moved(runs[0])} |")
     return out
+
+
+def signs(runs):
+    """A lesson's runs, one seed: what the book's logs show of a runaway and of a reward that hides
+    it, where logged ("-" where none)."""
+    b, parts = runs[0], []
+    if math.isfinite(b["ln_vocab"] + b["entropy_peak"]):
+        parts.append(f"entropy {b['entropy_peak']:.2f} ({b['entropy_peak'] / b['ln_vocab']:.0%})")
+    if math.isfinite(b["truncated_start"] + b["truncated_peak"]):
+        parts.append(f"cut {b['truncated_start']:.0%} -> {b['truncated_peak']:.0%}")
+    if math.isfinite(b["len_wrong_start"] + b["len_wrong_peak"]):
+        parts.append(f"wrong length {b['len_wrong_start']:.0f} -> {b['len_wrong_peak']:.0f}")
+    if all(r.get("sampled_final") is not None for r in runs):  # held-out accuracy as the rollouts sample
+        parts.append("sampled " + ", ".join(f"{r['sampled_peak']:.0%} -> {r['sampled_final']:.0%}" for r in runs))
+    if all(math.isfinite(r["reward_peak50"]) for r in runs) and any(r["bonus"] > 0.01 for r in runs):
+        parts.append("reward " + ", ".join(f"{r['reward_peak50']:.2f} -> {r['reward_low_after_peak']:.2f} "
+                                           f"({r['reward_low_after_peak'] / r['reward_peak50']:.0%})" for r in runs))
+    return "; ".join(parts) or "-"
 
 
 def write_between_markers(path, text):
