@@ -64,6 +64,8 @@ class GRPOConfig:
     kl: float = knob("objective", 0.0, "beta: KL penalty to the warm-start policy")
     kl_estimator: str = knob("objective", "k3", "Schulman's KL estimator", ["k1", "k2", "k3"])
     kl_level: str = knob("objective", "token", "per token, or the book's on summed log-probs", ["token", "sequence"])
+    exact_kl: bool = knob("objective", False, "also log kl_exact, the KL term's value summed over the whole "
+                          "vocabulary (two more no-grad passes an update; vocabularies up to 4,096)")
     loss_agg: str = knob("objective", "seq_mean", "GRPO, DAPO, or Dr. GRPO aggregation", ["seq_mean", "token_mean", "constant"])
     mask_truncated: bool = knob("objective", False, "truncated completions contribute no loss")
     entropy_coef: float = knob("objective", 0.0, "alpha: subtract alpha * entropy from the loss (an entropy bonus)")

@@ -83,7 +83,7 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
             kept = off_policy_keep(logp, sampler_logp, A, mask, cfg.off_policy_mask) \
                 if math.isfinite(cfg.off_policy_mask) else None  # (b,)
             objective = grpo_loss(logp, old, ref, A if kept is None else A * kept, mask, cfg, entropy, weight)
-            if cfg.kl > 0 and policy.cfg.vocab_size <= EXACT_KL_VOCAB:  # what the KL term estimates, exactly
+            if cfg.exact_kl and cfg.kl > 0:  # what the KL term estimates, exactly (a diagnostic)
                 objective.terms["kl_exact"] = exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg)
             grad_norm = optimizer_step(policy_ddp, opt, objective.loss, cfg.max_grad_norm, stats.n_updates,
                                        cfg.mu * len(minibatches))
@@ -413,16 +413,13 @@ def off_policy_keep(logp, sampler_logp, adv, mask, delta):
     return (~((adv < 0) & (kl > delta))).to(logp.dtype)
 
 
-EXACT_KL_VOCAB = 4096  # up to this vocabulary a step with a KL term also logs its exact value
-
-
 @torch.no_grad()
 def exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg):
     """The KL term's target, summed over the whole vocabulary instead of estimated from the
     sampled tokens: KL(pi || pi_ref) = sum_v pi(v) (log pi(v) - log pi_ref(v)) at each
     sampled position (summed over an answer's positions for --kl-level sequence), aggregated
     as the term is. kl_penalty's estimate matches it on samples of pi; on pi_old's, only
-    re-weighted (--kl-reweight). Two no-grad passes with the full logits: a small vocabulary's."""
+    re-weighted (--kl-reweight). Two no-grad passes with the full logits (--exact-kl: a small vocabulary's)."""
     T = cfg.temperature if cfg.learner_temperature is None else cfg.learner_temperature
     m = loss_mask[rows]  # (b, T)
 

@@ -204,6 +204,9 @@ def check_args(args):
         raise ValueError("--task math needs --data FILE (problems and answers) and --model FOLDER (the book's model)")
     if args.task != "math" and (args.data or args.eval_data):
         raise ValueError("--data and --eval-data are for --task math")
+    if args.exact_kl and args.model:
+        raise ValueError("--exact-kl sums the KL over the whole vocabulary at every position: for the small GPT's "
+                         "vocabulary, not --model's")
     if args.grad_checkpoint and not args.model:
         raise ValueError("--grad-checkpoint is for --model")
     if args.eval_batch_size < 1:
@@ -240,7 +243,7 @@ def inert_flags(args):
     no_kl = "without a KL penalty (--kl 0)"
     no_format = "to the reward without a format bonus (--format-weight 0)"
     inert = {"kl_estimator": (args.kl == 0, no_kl), "kl_level": (args.kl == 0, no_kl),
-             "kl_reweight": (args.kl == 0, no_kl),
+             "kl_reweight": (args.kl == 0, no_kl), "exact_kl": (args.kl == 0, no_kl),
              "resample_epochs": (args.mu == 1, "with one epoch (--mu 1): nothing is sampled again"),
              "max_sampling_rounds": (not args.dynamic_sampling, "without --dynamic-sampling (one round)"),
              "gated": (args.format_weight == 0, no_format), "format_check": (args.format_weight == 0, no_format),

@@ -656,6 +656,26 @@ def test_kl_estimator_level_and_reweight_through_the_step(warm_policy, table, fl
         assert "kl" not in step.stats and not step.passes  # beta = 0: no reference pass at all
 
 
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_exact_kl_logs_the_kl_over_the_whole_vocabulary_and_changes_nothing_else(warm_policy, table, level):
+    """--exact-kl: the first update logs kl_exact, sum_v pi (log pi - log pi_ref) at every sampled
+    position by a plain log_softmax of the full logits (summed over each answer for the sequence
+    level), aggregated as the term; the gradient is the one without it."""
+    model, enc = warm_policy()
+    ref = perturbed(model)
+    cfg = GRPOConfig(**{**BASE, "group_size": 4}, kl=0.5, kl_level=level, exact_kl=True)
+    step = run(model, enc, cfg, ref=ref)
+    b, m = step.batch, completion(step.batch)
+    lp_all = logits_of(step.before, b, 1.0).log_softmax(-1)  # (B, T, V) float64
+    ref_all = logits_of(ref, b, 1.0).log_softmax(-1)
+    per_token = (lp_all.exp() * (lp_all - ref_all)).sum(-1) * m  # (B, T)
+    per_answer = per_token.sum(1) if level == "sequence" else per_token.sum(1) / m.sum(1).clamp(min=1)
+    assert step.stats["kl_exact"] == pytest.approx(per_answer.mean().item(), rel=1e-4)
+    without = run(copy.deepcopy(step.before), enc, dataclasses.replace(cfg, exact_kl=False), ref=ref)
+    assert "kl_exact" not in without.stats
+    torch.testing.assert_close(step.updates[0].grad, without.updates[0].grad)
+
+
 # ---------------------------------------------------------------- entropy bonus, fused head
 
 def mean_entropy(model, batch, T=1.0):
@@ -847,6 +867,7 @@ FLAG_TESTS = {  # GRPOConfig field -> the tests in this file that run a step wit
     "keep_sampling_mask": ["test_keep_sampling_mask_makes_the_learners_logprobs_the_samplers"],
     "off_policy_mask": ["test_off_policy_mask_drops_the_negative_sequences_far_from_the_sampler"],
     "kl_reweight": ["test_kl_estimator_level_and_reweight_through_the_step"],
+    "exact_kl": ["test_exact_kl_logs_the_kl_over_the_whole_vocabulary_and_changes_nothing_else"],
     "lr": ["test_lr_is_the_size_of_adams_first_step"],
     "sampler_dtype": ["test_sampler_dtype_draws_from_bf16_weights_beside_the_fp32_learner"],
     "max_grad_norm": ["test_max_grad_norm_caps_the_norm_of_the_update"],
