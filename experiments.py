@@ -105,6 +105,30 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
                             "the book's 7_6 format bonus on the runaway's task"),
     "book_runaway_format_gated": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight",
                                    "1", "--gated"], "... the bonus paid only for right answers"),
+    # the closing list's fixes (FIXES): each where its failure happens, beside the same run without it
+    "ds4": (["--prompts-per-step", "4"], "the default at 4 prompts a step: whole steps of groups with no signal"),
+    "ds4_dynamic": (["--prompts-per-step", "4", "--dynamic-sampling"], "... with dynamic sampling"),
+    "search": (["--level", "medium_search", "--eval-level", "medium", "--init", "checkpoints/warmstart_search.pt"],
+               "the default on the runaway's task: failed searches run long"),
+    "search_token": (["--level", "medium_search", "--eval-level", "medium", "--init",
+                      "checkpoints/warmstart_search.pt", "--loss-agg", "token_mean"], "... with a token-level loss"),
+    "search_drgrpo": (["--level", "medium_search", "--eval-level", "medium", "--init",
+                       "checkpoints/warmstart_search.pt", "--loss-agg", "constant", "--adv-norm", "none"],
+                      "... with Dr. GRPO's constant normaliser and no std"),
+    "book_runaway_overlong": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--overlong-cache", "8"],
+                              "the runaway with DAPO's overlong penalty over the last 8 tokens"),
+    "book_runaway_keepmask_T1": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--keep-sampling-mask"],
+                                 "the runaway with the learner on the sampler's support (its T stays 1)"),
+    "book_runaway_temperature": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--top-p", "1"],
+                                 "the runaway with the sampler at T 0.8 and no top-p: every token stays reachable"),
+    "book_runaway_temperature_tis": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--top-p", "1", "--tis-cap", "2"],
+                                     "... with truncated importance sampling, C = 2"),
+    "kl_reuse": (["--kl", "0.5", "--mu", "4", "--minibatches", "4", "--exact-kl"],
+                 "a strong k3 KL on 16 updates a rollout, its exact value logged beside"),
+    "kl_reuse_reweight": (["--kl", "0.5", "--mu", "4", "--minibatches", "4", "--exact-kl", "--kl-reweight"],
+                          "... with the KL re-weighted by pi / pi_old"),
+    "default_passk": (["--eval-pass-k", "8"], "the default, with pass@8 at each evaluation"),
+    "entropy_bonus_01": (["--eval-pass-k", "8", "--entropy-coef", "0.1"], "... with an entropy bonus, alpha 0.1"),
 }
 COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in one subplot, for at most 2 runs)
     # at most 4 experiments a figure, so that each curve can be followed
@@ -127,15 +151,17 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
                   "eval_acc,ratio_max,clip_frac,entropy,ppo_kl,resp_len"),
     "book_clip_ppo": (["book_noclip", "book_token_noclip", "book_ppo_clip"],
                       "eval_acc,ratio_max,clip_frac,entropy,ppo_kl,resp_len"),
-    "book_format": (["book_format", "book_format_gated", "book_onpolicy"],
-                    "eval_acc,reward_correct,reward_format,entropy,resp_len,truncated_frac"),
+    # lesson 3: the format bonus on the runaway's task: the two rewards and the two accuracies; then on chains
+    "book_format": (["book_runaway_format", "book_runaway_format_gated"],
+                    "reward,eval_sampled_acc,reward_format,eval_acc,entropy,truncated_frac"),
+    "book_format_chains": (["book_format", "book_format_gated", "book_onpolicy"],
+                           "eval_acc,reward_correct,reward_format,entropy,resp_len,truncated_frac"),
     # lesson 4: the runaway, its fix and its cause (no long failed searches); then what else was tried
     "book_runaway": (["book_runaway", "book_runaway_keepmask", "book_runaway_chains"],
                      "eval_acc,eval_sampled_acc,entropy,sampler_entropy,pg_k1,truncated_frac"),
     "book_runaway_fixes": (["book_runaway", "book_runaway_k3", "book_runaway_lowlr", "book_runaway_token"],
                            "eval_acc,eval_sampled_acc,entropy,sampler_entropy"),
-    "book_runaway_clip_format": (["book_runaway_noclip", "book_runaway_ppo_clip", "book_runaway_format",
-                                  "book_runaway_format_gated"], "eval_acc,eval_sampled_acc,entropy,reward_format"),
+    "book_runaway_clip": (["book_runaway_noclip", "book_runaway_ppo_clip"], "eval_acc,eval_sampled_acc,entropy,ratio_max"),
 }
 
 
@@ -195,6 +221,43 @@ LESSONS = {  # lesson -> (experiments, check(their summaries for one seed) -> bo
     "format_exploit_chains": (["book_format", "book_format_gated"], reward_hides_the_collapse,
                               "the format lesson on chains alone, which do not run away"),
 }
+
+
+def better(key, higher=True):
+    """A fix's check: its own metric moved the way the fix is made to move it."""
+    return lambda without, with_: (with_[key] > without[key]) if higher else (with_[key] < without[key])
+
+
+# the closing list (the book's 7_7_improvements: olmo3_style.py items 1-7, deepseek_v32_style.py 8-12) and
+# the other named fixes: item -> (its numbers in the book's list, what it fixes, the regime,
+# (without, with), its metric in run_summary, "higher" or "lower")
+FIXES = {
+    "dynamic_sampling": ("1, 2", "groups with no signal", "the default at 4 prompts a step", ("ds4", "ds4_dynamic"),
+                         "mean_signal_groups", "higher"),
+    "token_mean": ("3", "long wrong answers weighing less per token", "the runaway's task, default settings",
+                   ("search", "search_token"), "late_resp_len_wrong", "lower"),
+    "drgrpo": ("7", "the same, and the std's weight on easy groups", "the runaway's task, default settings",
+               ("search", "search_drgrpo"), "late_resp_len_wrong", "lower"),
+    "overlong": ("DAPO", "answers cut at the cap", "the runaway", ("book_runaway", "book_runaway_overlong"),
+                 "mean_truncated_frac", "lower"),
+    "keep_mask": ("11", "a learner with mass where top-p never samples", "the runaway",
+                  ("book_runaway", "book_runaway_keepmask_T1"), "sampled_final", "higher"),
+    "tis": ("6 (as a sampler weight)", "a sampler that is not the learner", "the runaway at T 0.8 without top-p",
+            ("book_runaway_temperature", "book_runaway_temperature_tis"), "drop", "lower"),
+    "kl_reweight": ("9", "a KL estimated on pi_old's samples", "KL 0.5, 16 updates a rollout",
+                    ("kl_reuse", "kl_reuse_reweight"), "kl_error", "lower"),
+    "entropy_bonus": ("-", "entropy collapse", "the default", ("default_passk", "entropy_bonus_01"), "entropy",
+                      "higher"),
+}
+METRICS = {  # run_summary's keys, as the fixes table names them
+    "mean_signal_groups": "groups with signal a step", "late_resp_len_wrong": "wrong answers' length, 2nd half",
+    "mean_truncated_frac": "cut share", "sampled_final": "sampled held-out accuracy, end",
+    "drop": "greedy accuracy's fall from its peak", "kl_error": "KL estimate's error against the exact KL",
+    "entropy": "entropy, last 10 steps",
+}
+PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_error"}
+LESSONS.update({"fix_" + item: (list(pair), better(key, side == "higher"), f"{fixes}: {METRICS[key]} {side} with it")
+                for item, (_, fixes, _, pair, key, side) in FIXES.items()})
 
 
 def merge_flags(*flag_lists):
@@ -294,6 +357,16 @@ def run_summary(rows):
     out["reward_format_end"] = mean(r.get("reward_format") for r in steps[-20:])
     out["bonus"] = mean(r["reward"] - r["reward_correct"] for r in steps if plot.is_number(r.get("reward"))
                         and plot.is_number(r.get("reward_correct")))  # what the reward pays beyond correctness
+    # each fix's own metric (FIXES): means over the run, or over its second half where a trend builds up
+    for key in ("signal_groups", "adv_correct_corr", "truncated_frac", "pg_k1", "sampler_kl_k3"):
+        out["mean_" + key] = mean(r.get(key) for r in steps)
+    out["late_resp_len_wrong"] = mean(r.get("resp_len_wrong") for r in steps[len(steps) // 2:])
+    errors = [abs(r["kl"] - r["kl_exact"]) / r["kl_exact"] for r in steps
+              if plot.is_number(r.get("kl")) and plot.is_number(r.get("kl_exact")) and r["kl_exact"] > 0]
+    out["kl_error"] = mean(errors)  # the KL term's estimate against its exact value (--exact-kl)
+    passes = [r["eval_pass_at_k"] for r in rows if plot.is_number(r.get("eval_pass_at_k"))]
+    out["pass_final"] = passes[-1] if passes else float("nan")
+    out["drop"] = out["peak"] - out["final"] if evals else float("nan")
     out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
     out["moves"] = first_moves(rows)
     return out
@@ -364,7 +437,30 @@ def table(runs_dir):
                            for d in dirs}
         s = list(summaries[name].values())
         lines.append(f"| {name} | {len(s)} | " + " | ".join(mean_std([x.get(k) for x in s], f) for k, _, f in COLUMNS) + " |")
-    return "\n".join(lines + lesson_tables(summaries))
+    return "\n".join(lines + fixes_table(summaries) + lesson_tables(summaries))
+
+
+def fixes_table(summaries):
+    """The closing list's fixes, one row each: what it fixes, where, its metric, without -> with
+    in each seed, and in how many seeds it moved the metric the way it is made to."""
+    out = ["", "| item (the book's list) | what it fixes | regime | its metric | without -> with, seeds 0, 1, 2 | "
+               "held |", "|---|---|---|---|---|---|"]
+    for item, (numbers, fixes, regime, (without, with_), key, better) in FIXES.items():
+        if without not in summaries or with_ not in summaries:
+            continue
+        seeds = sorted(set(summaries[without]) & set(summaries[with_]), key=lambda s: int(s[4:]))
+        pairs = [(summaries[without][s][key], summaries[with_][s][key]) for s in seeds]
+        held = sum(LESSONS["fix_" + item][1](summaries[without][s], summaries[with_][s]) for s in seeds)
+        cells = ", ".join(f"{fmt_metric(key, a)} -> {fmt_metric(key, b)}" for a, b in pairs)
+        out.append(f"| {item} ({numbers}) | {fixes} | {regime} | {METRICS[key]} ({better}) | {cells} | "
+                   f"{held} of {len(seeds)} |")
+    return out if len(out) > 3 else []
+
+
+def fmt_metric(key, value):
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.0%}" if key in PERCENT_METRICS else f"{value:.3g}"
 
 
 def moved(run):
@@ -379,7 +475,7 @@ def lesson_tables(summaries):
     they were logged (signs), and what moved first."""
     out = []
     for lesson, (names, check, claim) in LESSONS.items():
-        if not all(n in summaries for n in names):
+        if lesson.startswith("fix_") or not all(n in summaries for n in names):  # fixes_table has those
             continue
         seeds = sorted(set.intersection(*(set(summaries[n]) for n in names)), key=lambda s: int(s[4:]))
         held = [s for s in seeds if check(*(summaries[n][s] for n in names))]
@@ -445,10 +541,12 @@ def main(args):
     for name in args.names:
         if name == "table":
             continue
-        found = list(EXPERIMENTS) if name == "all" else LESSONS[name][0] if name in LESSONS else [name]
+        found = list(EXPERIMENTS) if name == "all" else LESSONS[name][0] if name in LESSONS else \
+            [n for lesson in LESSONS if lesson.startswith("fix_") for n in LESSONS[lesson][0]] if name == "fixes" \
+            else [name]
         for n in found:
             if n not in EXPERIMENTS:
-                raise ValueError(f"unknown experiment {n!r}; choose from all, table, {', '.join(LESSONS)}, "
+                raise ValueError(f"unknown experiment {n!r}; choose from all, table, fixes, {', '.join(LESSONS)}, "
                                  f"{', '.join(EXPERIMENTS)}")
             names += [n] if n not in names else []
     if names:
@@ -465,7 +563,8 @@ def main(args):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="Run the chapter's GRPO experiments and compare them.")
     ap.add_argument("names", nargs="*", default=[],
-                    help=f"all, table, lessons ({', '.join(LESSONS)}) or experiments: {', '.join(EXPERIMENTS)}")
+                    help=f"all, table, fixes (every fix_ lesson), lessons ({', '.join(LESSONS)}) or experiments: "
+                         f"{', '.join(EXPERIMENTS)}")
     ap.add_argument("--seeds", type=parse_seeds, default=[0], help="comma-separated seeds, e.g. 0,1,2")
     ap.add_argument("--jobs", type=int, default=1, help="runs side by side (one CPU thread each)")
     ap.add_argument("--nproc", type=int, default=1, help="processes per run (torchrun; see docs/performance.md)")

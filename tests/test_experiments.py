@@ -206,3 +206,25 @@ def test_run_summary_reads_the_rewards_50_step_peak_and_its_lowest_mean_after(tm
     s = experiments.run_summary(rows)
     assert s["reward_peak50"] == pytest.approx(1.5) and s["reward_low_after_peak"] == pytest.approx(0.5)
     assert s["reward_format_end"] == pytest.approx(0.95) and s["bonus"] > 0
+
+
+@pytest.mark.parametrize("item", list(experiments.FIXES))
+def test_each_fix_pair_differs_in_its_own_flags_and_nothing_else(item):
+    """fix_<item>: its two runs resolve to the same train.py flags (recipe and defaults filled in)
+    but for the item's own, so that what moves between them is the item's doing."""
+    without, with_ = experiments.LESSONS["fix_" + item][0]
+    assert (without, with_) == experiments.FIXES[item][3]
+    a, b = (vars(train.parse_args(experiments.command(n, 0, "runs/exp")[2:])[1]) for n in (without, with_))
+    differ = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"runs_dir", "typed_flags"}  # where it ran, what was typed
+    own = {"dynamic_sampling": {"dynamic_sampling"}, "token_mean": {"loss_agg"}, "drgrpo": {"loss_agg", "adv_norm"},
+           "overlong": {"overlong_cache"}, "keep_mask": {"keep_sampling_mask"}, "tis": {"tis_cap"},
+           "kl_reweight": {"kl_reweight"}, "entropy_bonus": {"entropy_coef"}}[item]
+    assert differ == own, (item, differ)
+
+
+def test_the_fixes_table_gives_each_seed_and_counts_the_metric_moving_its_way():
+    s = lambda v: {"mean_signal_groups": v}  # noqa: E731 (a summary holding one metric)
+    summaries = {"ds4": {"seed0": s(2.0), "seed1": s(3.0)}, "ds4_dynamic": {"seed0": s(3.5), "seed1": s(2.5)}}
+    row = [line for line in experiments.fixes_table(summaries) if line.startswith("| dynamic_sampling")]
+    assert len(row) == 1 and "2 -> 3.5, 3 -> 2.5" in row[0] and "| 1 of 2 |" in row[0]
+    assert experiments.fixes_table({"ds4": summaries["ds4"]}) == []  # no row without both runs
