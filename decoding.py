@@ -24,6 +24,8 @@ hidden, index)`, `new_cache(B, L)` (one `KVCache` per layer), `lm_head_weight`,
   value on the host, so torch.compile compiles it once (`compile=True`) and a CUDA graph
   can record it once and replay it for every token (`cuda_graph=True`). Finished rows are
   looked for every `check_every` tokens, and the sampler draws without a host sync.
+- `decode_attention`: a decode step's attention in plain matmuls, which on the CPU cost
+  about half of PyTorch's fused kernel for so few query rows.
 
 Where this departs from the book (reasoning_from_scratch's generation loop): the book
 samples one prompt at a time with one position counter; here the G answers of many
@@ -69,6 +71,19 @@ def attention_mask(key_mask, index):
     q = index[:, None]  # (T, 1)
     allowed = (k <= q) & key_mask[:, None, :] | (k == q)  # (B, T, S)
     return allowed[:, None]
+
+
+def decode_attention(q, k, v, allowed):
+    """Attention of a decode step's few query rows q (B, H, Tq, hd) over the whole cache
+    k, v (B, H, L, hd) under allowed (B, 1, Tq, L) -> (B, H, Tq, hd).
+
+    F.scaled_dot_product_attention's result (up to float rounding) in plain matmuls: for a
+    handful of query rows PyTorch's fused CPU kernel costs about twice as much (it runs
+    one small matrix product per row and head; docs/performance.md).
+    """
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5  # (B, H, Tq, L)
+    scores = scores.masked_fill(~allowed, float("-inf"))  # keys not written yet, padding, the future
+    return scores.float().softmax(-1).to(v.dtype) @ v  # softmax in fp32, as the fused kernels do
 
 
 def filter_logits(logits, top_k=0, top_p=1.0):

@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from decoding import KVCache, attention_mask
+from decoding import KVCache, attention_mask, decode_attention
 
 
 @dataclass
@@ -51,7 +51,10 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, hd)
         if cache is not None:  # attend to the whole cache, not only these T (the mask hides the rest)
             k, v = cache.update(index, k, v)  # (B, H, L, hd)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, H, T, hd)
+        if cache is not None and T == 1:  # a decode step: one query row per sequence
+            y = decode_attention(q, k, v, allowed)  # (B, H, 1, hd)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 

@@ -65,7 +65,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from decoding import KVCache, attention_mask
+from decoding import KVCache, attention_mask, decode_attention
 from model import CheckpointError
 
 ARCHITECTURE = "Qwen3ForCausalLM"
@@ -158,7 +158,10 @@ class Attention(nn.Module):
         # PyTorch's enable_gqa=True instead runs only in flash attention (which takes no
         # mask) or in the math kernel, which copies K and V for each head.
         q = q.reshape(B, self.n_kv_head, -1, self.head_dim)  # (B, KV, G*T, hd), rows in (g, t) order
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, KV, G*T, hd)
+        if cache is not None and T == 1:  # a decode step: G query rows per key/value head
+            y = decode_attention(q, k, v, allowed)  # (B, KV, G, hd)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, KV, G*T, hd)
         y = y.reshape(B, self.n_head, T, self.head_dim).transpose(1, 2)  # (B, T, H, hd)
         return self.o_proj(y.reshape(B, T, self.n_head * self.head_dim))
 
