@@ -12,13 +12,13 @@ hidden, index)`, `new_cache(B, L)` (one `KVCache` per layer), `lm_head_weight`,
   over a cache reads exactly like attention without one, in shapes that never change.
 - `attention_mask`: causal, and blind to padding on either side of a row.
 - `generate` prefills prompts of different lengths (left-padded, the padding masked out
-  of attention and positions), then decodes one token per step from the KV cache,
-  sampling with temperature / top-k / top-p (`filter_logits`, `sample`) from a
-  `torch.Generator` (or greedily), stops each row on its own at `<|endoftext|>` (or at any
-  of several stop ids), and records the log-prob of each sampled token and the entropy of
-  the distribution it was drawn from (`Sampled`): the sampler's side of the
-  sampler-learner gap. `use_cache=False` is the reference: the whole sequence again at
-  every token.
+  of attention and positions; the G answers of a prompt share one prefill), then decodes
+  one token per step from the KV cache, sampling with temperature / top-k / top-p
+  (`filter_logits`, `sample`) from a `torch.Generator` (or greedily), stops each row on
+  its own at `<|endoftext|>` (or at any of several stop ids), and records the log-prob of
+  each sampled token and the entropy of the distribution it was drawn from (`Sampled`):
+  the sampler's side of the sampler-learner gap. `use_cache=False` is the reference: the
+  whole sequence again at every token.
 - `decode_step`: one token per row in fixed shapes (gpt-fast's design): the cache and the
   mask cover the whole budget, the cache position is a tensor, and nothing in it reads a
   value on the host, so torch.compile compiles it once (`compile=True`) and a CUDA graph
@@ -58,6 +58,10 @@ class KVCache:
         self.v.index_copy_(2, index, v.to(self.v.dtype))
         # the cache is fp32; under bf16 autocast k and v are not
         return self.k.to(k.dtype), self.v.to(v.dtype)
+
+    def select_rows(self, rows):
+        """Keep the rows (B',) of the cache, in that order; a row may repeat."""
+        self.k, self.v = self.k[rows], self.v[rows]
 
 
 def attention_mask(key_mask, index):
@@ -151,9 +155,8 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
     # creates can never enter autograd, so the outputs are written into the buffers above,
     # made before it: training later saves `tokens` for its backward.
     with torch.inference_mode():
-        if use_cache:  # the prefill: every prompt position into a cache of the whole budget at once
-            cache = model.new_cache(B, L)
-            first_logits = next_logits(model, model(tokens[:, :P], mask, cache, hidden=True, index=where[:P]))
+        if use_cache:
+            cache, first_logits = prefill(model, tokens, mask, P, where)
         step = decode_step
         if use_cache and (compile or cuda_graph) and L > P + 1:
             step = faster_decode_step(model, tokens[:, P:P + 1], mask, cache, where[P:P + 1], compile, cuda_graph)
@@ -177,6 +180,28 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
         end = P + int(mask[:, P:].any(0).sum())
     return Sampled(tokens[:, :end], mask[:, :end], sampler_logp[:, :end], sampler_entropy[:, :end],
                    support[:, :end] if keep_support else None)
+
+
+def prefill(model, tokens, mask, P, where):
+    """The prompts tokens[:, :P] (left-padded, mask (B, L)) into a new cache of L positions
+    -> (the cache, the first new token's logits (B, V)).
+
+    The G answers of a prompt share one prefill: each distinct prompt runs once, and its
+    keys and values are then copied to every row that holds it (a GRPO batch has G copies
+    of each prompt: G times less prefill work).
+    """
+    ids = {}  # a distinct (padded) prompt -> its number
+    which = [ids.setdefault(tuple(row), len(ids)) for row in tokens[:, :P].tolist()]  # (B,) each row's prompt
+    firsts = [which.index(u) for u in range(len(ids))]  # (U,) the first row holding each
+    cache = model.new_cache(len(firsts), mask.shape[1])
+    h = model(tokens[firsts, :P], mask[firsts], cache, hidden=True, index=where[:P])  # (U, P, d)
+    logits = next_logits(model, h)  # (U, V)
+    if len(firsts) < len(which):
+        which = torch.tensor(which, device=tokens.device)  # (B,)
+        for layer in cache:
+            layer.select_rows(which)
+        logits = logits[which]  # (B, V)
+    return cache, logits
 
 
 def next_logits(model, h):
