@@ -149,3 +149,21 @@ def test_bad_budgets_and_devices_are_refused_in_one_line():
         generate(model, [[1] * 8], 41, V - 1)
     with pytest.raises(ValueError, match=r"^cuda_graph=True needs a CUDA device; the model is on cpu$"):
         generate(model, [[1, 2]], 4, V - 1, cuda_graph=True)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_sampler_draws_multinomials_tokens_from_the_same_generator(threads):
+    """sample() writes torch.multinomial's draw out (no host check of p): the same tokens
+    for the same generator, which is left in the same state, at any vocabulary size."""
+    torch.set_num_threads(threads)
+    try:
+        for V_, rows in [(7, 3), (287, 64), (151_936, 4)]:
+            logits = torch.randn(rows, V_, generator=torch.Generator().manual_seed(V_)) * 3
+            g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+            for _ in range(3):
+                ours, _, _ = decoding.sample(logits, 1.0, 0, 1.0, g1, greedy=False)
+                theirs = torch.multinomial(logits.log_softmax(-1).exp(), 1, generator=g2).squeeze(1)
+                assert torch.equal(ours, theirs)
+            assert torch.equal(torch.rand(4, generator=g1), torch.rand(4, generator=g2))
+    finally:
+        torch.set_num_threads(1)
