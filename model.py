@@ -106,7 +106,7 @@ class GPT(nn.Module):
         mask = torch.ones_like(idx, dtype=torch.bool) if mask is None else mask  # (B, S)
         S = mask.shape[1]
         index = torch.arange(S - T, S, device=idx.device) if index is None else index  # (T,)
-        positions = (mask.long().cumsum(1) - 1).clamp(min=0)[:, index]  # (B, T) each row's own count
+        positions = (mask.long().cumsum(1) - 1).clamp(min=0).index_select(1, index)  # (B, T) each row's own count
         allowed = attention_mask(mask, index)  # (B, 1, T, S)
         x = self.wte(idx) + self.wpe(positions)  # (B, T, d)
         for i, block in enumerate(self.blocks):

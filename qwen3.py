@@ -224,7 +224,7 @@ class Qwen3(nn.Module):
         mask = torch.ones_like(idx, dtype=torch.bool) if mask is None else mask  # (B, S)
         S = mask.shape[1]
         index = torch.arange(S - T, S, device=idx.device) if index is None else index  # (T,)
-        positions = (mask.long().cumsum(1) - 1).clamp(min=0)[:, index]  # (B, T) each row's own count
+        positions = (mask.long().cumsum(1) - 1).clamp(min=0).index_select(1, index)  # (B, T) each row's own count
         allowed = grouped(attention_mask(mask, index), self.cfg)  # (B, 1, G*T, S)
         cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta)  # (B, 1, T, hd)
         x = self.embed_tokens(idx)  # (B, T, d)
