@@ -1,0 +1,162 @@
+"""Benchmark: the decode step, eager, compiled (torch.compile) or replayed as a CUDA graph.
+
+    python bench/bench_decode.py                      # CPU: the small GPT on a GRPO batch, 1 and 2 threads
+    python bench/bench_decode.py --qwen3              # CUDA: Qwen3-0.6B's shape, random bf16 weights (gpu_check.sh)
+    python bench/bench_decode.py --qwen3 --tiny       # a tiny Qwen3 on the CPU: every code path in seconds
+
+The work is a GRPO batch: --prompts prompts of the task (14-16 tokens; for Qwen3, MATH-
+shaped ones of 200-1200 characters) x --group answers, --new-tokens each, at T 1. The
+stop id can never be drawn (the LM head leaves its row out), so every row runs the
+whole budget and each mode does the same work. For each mode:
+  warm-up s   the first call's time less a later call's: compiling, capturing the graph
+  s / call    the median of --repeats later calls (prefill, decode, sampling)
+  tokens/s    new tokens per second
+  ms / step   (s / call - one call with a single new token) / (new tokens - 1): one decode step
+  GFLOP/s     the call's matmul FLOPs (linear layers and LM head, 2 per multiply-add, for
+              every fed position; attention not counted) over its time, and its share of
+              the peak: an fp32 (bf16 on CUDA) 2048^3 a @ b at the same thread count
+  same        rows whose tokens equal the eager mode's, for the same generator
+The reference (use_cache=False, the whole sequence again at each token) is the last row.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import tasks  # noqa: E402
+from decoding import generate  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
+from qwen3 import Qwen3, Qwen3Config  # noqa: E402
+
+TINY_QWEN3 = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024)
+
+
+class NoStopGPT(GPT):
+    """The GPT with one id more than its tokenizer, the stop id, whose row the LM head leaves
+    out: it pads finished rows and can never be sampled (a GRPO batch of fixed work)."""
+    @property
+    def lm_head_weight(self):
+        return self.wte.weight[:-1]  # (V - 1, d)
+
+
+class NoStopQwen3(Qwen3):
+    @property
+    def lm_head_weight(self):
+        return (self.embed_tokens.weight if self.cfg.tie_word_embeddings else self.lm_head.weight)[:-1]
+
+
+def gpt_case(args):
+    import sft
+    from tokenizer import build_tokenizer, encode_prompt
+    enc = build_tokenizer(sft.build_tokenizer_spec(0))
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=enc.n_vocab + 1, max_seq_len=96, n_layer=args.n_layer, d_model=args.d_model)
+    model = NoStopGPT(cfg).eval()
+    stream = tasks.problems("hard", 0)
+    prompts = [encode_prompt(enc, next(stream).prompt) for _ in range(args.prompts)]
+    flop_per_token = 24 * cfg.d_model ** 2 * cfg.n_layer
+    desc = f"GPT, {cfg.n_layer} layers, d {cfg.d_model}, vocab {enc.n_vocab} (+1 stop id), fp32"
+    return model, prompts, enc.n_vocab, flop_per_token, cfg.d_model * enc.n_vocab * 2, desc, torch.float32
+
+
+def qwen3_case(args):
+    cfg = TINY_QWEN3 if args.tiny else Qwen3Config()
+    dtype = torch.float32 if args.tiny else torch.bfloat16
+    torch.manual_seed(0)
+    with torch.device(args.device):
+        model = NoStopQwen3(cfg).to(dtype).eval()
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(50, 300, (args.prompts,), generator=g).tolist()  # ~4 characters a token: MATH-shaped
+    prompts = [torch.randint(0, cfg.vocab_size - 1, (n,), generator=g).tolist() for n in lengths]
+    d, kv = cfg.hidden_size, cfg.num_key_value_heads * cfg.head_dim
+    q = cfg.num_attention_heads * cfg.head_dim
+    per_layer = 2 * (d * q + 2 * d * kv + q * d + 3 * d * cfg.intermediate_size)  # q, k, v, o, gate, up, down
+    desc = (f"Qwen3, {cfg.num_hidden_layers} layers, d {d}, vocab {cfg.vocab_size}, random weights, "
+            f"{str(dtype).removeprefix('torch.')}")
+    return model, prompts, cfg.vocab_size - 1, per_layer * cfg.num_hidden_layers, 2 * d * (cfg.vocab_size - 1), desc, dtype
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(device, fn):
+    sync(device)
+    t0 = time.perf_counter()
+    out = fn()
+    sync(device)
+    return time.perf_counter() - t0, out
+
+
+def matmul_peak(device, dtype, n=2048, repeats=5):
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    a @ b
+    return 2 * n ** 3 / min(timed(device, lambda: a @ b)[0] for _ in range(repeats)) / 1e9
+
+
+def measure(args, model, prompts, stop, mode):
+    """-> (warm-up s, median s per call, ms per decode step, the tokens of one call)."""
+    kw = dict(use_cache=mode != "reference", compile="compile" in mode, cuda_graph="graph" in mode)
+
+    def call(n):
+        return generate(model, prompts, n, stop, generator=torch.Generator(args.device).manual_seed(0), **kw)
+    first, out = timed(args.device, lambda: call(args.new_tokens))
+    calls = [timed(args.device, lambda: call(args.new_tokens))[0] for _ in range(args.repeats)]
+    one = statistics.median(timed(args.device, lambda: call(1))[0] for _ in range(args.repeats))
+    per_call = statistics.median(calls)
+    return first - per_call, per_call, (per_call - one) / (args.new_tokens - 1) * 1e3, out.tokens
+
+
+def main(args):
+    if args.qwen3 and not args.tiny and not torch.cuda.is_available():
+        raise SystemExit("bench_decode: Qwen3-0.6B's shape needs a CUDA device (--tiny runs a tiny one on the CPU)")
+    args.device = "cuda" if args.qwen3 and not args.tiny else "cpu"
+    model, base, stop, flop_per_token, head_flop, desc, dtype = (qwen3_case if args.qwen3 else gpt_case)(args)
+    prompts = [p for p in base for _ in range(args.group)]  # each prompt G times, adjacent
+    B, P = len(prompts), max(map(len, prompts))
+    fed = B * P + B * (args.new_tokens - 1)  # prefill, then one position per further token
+    gflop = (fed * flop_per_token + B * args.new_tokens * head_flop) / 1e9
+    modes = ["eager", "compile"] + (["CUDA graph", "compile + CUDA graph"] if args.device == "cuda" else [])
+    modes += ["reference"] if not args.skip_reference else []
+    print(f"{desc}; {len(base)} prompts x {args.group} answers = {B} rows, longest prompt {P}, "
+          f"{args.new_tokens} new tokens, {gflop:.2f} GFLOP a call; median of {args.repeats} calls", flush=True)
+    for threads in args.threads if args.device == "cpu" else [None]:
+        if threads:
+            torch.set_num_threads(threads)
+        peak = matmul_peak(args.device, dtype)
+        print(f"\n{'threads: %d, ' % threads if threads else ''}matmul peak {peak:.0f} GFLOP/s")
+        print("| mode | warm-up s | s / call | tokens/s | ms / step | GFLOP/s (% of peak) | same tokens as eager |")
+        print("|---|---|---|---|---|---|---|")
+        eager = None
+        for mode in modes:
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.device == "cuda"):
+                warm, per_call, step_ms, tokens = measure(args, model, prompts, stop, mode)
+            eager = tokens if eager is None else eager
+            same = int((tokens == eager).all(1).sum())
+            rate = gflop / per_call
+            print(f"| {mode} | {warm:.1f} | {per_call:.3f} | {B * args.new_tokens / per_call:,.0f} | {step_ms:.2f} "
+                  f"| {rate:.1f} ({rate / peak:.0%}) | {same} of {B} |", flush=True)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--qwen3", action="store_true", help="Qwen3-0.6B's shape on CUDA instead of the small GPT")
+    ap.add_argument("--tiny", action="store_true", help="with --qwen3: a tiny Qwen3 on the CPU (the code paths)")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="CPU thread counts")
+    ap.add_argument("--prompts", type=int, default=8, help="distinct prompts")
+    ap.add_argument("--group", type=int, default=8, help="answers per prompt (G)")
+    ap.add_argument("--new-tokens", type=int, default=None, help="new tokens per row (default: 48; 512 for --qwen3)")
+    ap.add_argument("--repeats", type=int, default=5, help="timed calls per mode (median)")
+    ap.add_argument("--n-layer", type=int, default=4, help="GPT depth (the issue's work: 4)")
+    ap.add_argument("--d-model", type=int, default=GPTConfig.d_model, help="GPT width")
+    ap.add_argument("--skip-reference", action="store_true", help="leave out the full-recompute reference row")
+    args = ap.parse_args()
+    args.new_tokens = args.new_tokens or (512 if args.qwen3 and not args.tiny else 48)
+    main(args)
