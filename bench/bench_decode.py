@@ -12,9 +12,10 @@ whole budget and each mode does the same work. For each mode:
   s / call    the median of --repeats later calls (prefill, decode, sampling)
   tokens/s    new tokens per second
   ms / step   (s / call - one call with a single new token) / (new tokens - 1): one decode step
-  GFLOP/s     the call's matmul FLOPs (linear layers and LM head, 2 per multiply-add, for
-              every fed position; attention not counted) over its time, and its share of
-              the peak: an fp32 (bf16 on CUDA) 2048^3 a @ b at the same thread count
+  GFLOP/s     the matmul FLOPs that sampling needs (per new token one position's linear
+              layers and LM head, 2 per multiply-add; the prompts' other positions and
+              attention not counted) over the call's time, and its share of the peak: an
+              fp32 (bf16 on CUDA) 2048^3 a @ b at the same thread count
   same        rows whose tokens equal the eager mode's, for the same generator
 The reference (use_cache=False, the whole sequence again at each token) is the last row.
 """
@@ -121,8 +122,7 @@ def main(args):
     model, base, stop, flop_per_token, head_flop, desc, dtype = (qwen3_case if args.qwen3 else gpt_case)(args)
     prompts = [p for p in base for _ in range(args.group)]  # each prompt G times, adjacent
     B, P = len(prompts), max(map(len, prompts))
-    fed = B * P + B * (args.new_tokens - 1)  # prefill, then one position per further token
-    gflop = (fed * flop_per_token + B * args.new_tokens * head_flop) / 1e9
+    gflop = B * args.new_tokens * (flop_per_token + head_flop) / 1e9  # one position's forward per new token
     modes = ["eager", "compile"] + (["CUDA graph", "compile + CUDA graph"] if args.device == "cuda" else [])
     modes += ["reference"] if not args.skip_reference else []
     print(f"{desc}; {len(base)} prompts x {args.group} answers = {B} rows, longest prompt {P}, "

@@ -23,8 +23,9 @@ Each side runs in a process of its own (OMP_NUM_THREADS and torch threads set), 
 the sampling inside it (ours: decoding.generate; TRL's: the model's generate). The
 rounds alternate the two sides, thread count by thread count, so a machine whose speed
 drifts slows both alike; the table gives every round and the median ratio. A step's
-sampling is also put against the matmul FLOPs it needs (linear layers and LM head, 2 per
-multiply-add) and the machine's matmul peak at that thread count (a 2048^3 fp32 a @ b).
+sampling is also put against the matmul FLOPs it needs (one position's linear layers and
+LM head per new token, 2 per multiply-add: 5.06 GFLOP) and the machine's matmul peak at
+that thread count (a 2048^3 fp32 a @ b).
 """
 import argparse
 import json
@@ -84,7 +85,7 @@ def run_ours(threads, warmup, steps):
         times.append(time.perf_counter() - t0)
     n_new = int(batch.loss_mask.sum())
     assert n_new == N_PROMPTS * GROUP * NEW_TOKENS, f"{n_new} new tokens: a row ended early"  # the same work
-    return summary("ours", threads, times[warmup:], timer.times[warmup:], policy, enc.n_vocab, batch.prompt_len)
+    return summary("ours", threads, times[warmup:], timer.times[warmup:], policy, enc.n_vocab)
 
 
 # ---------------------------------------------------------------- TRL
@@ -143,8 +144,7 @@ def run_trl(threads, warmup, steps):
         trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=args, processing_class=tok,
                                   train_dataset=datasets.Dataset.from_list(rows), callbacks=[StepTimer()])
         trainer.train()
-    return summary(f"trl {trl.__version__}", threads, step_times[warmup:], timer.times[warmup:], model, enc.n_vocab + 1,
-                   max(len(r["prompt"]) for r in rows))
+    return summary(f"trl {trl.__version__}", threads, step_times[warmup:], timer.times[warmup:], model, enc.n_vocab + 1)
 
 
 # ---------------------------------------------------------------- both
@@ -163,11 +163,11 @@ class Timer:
         setattr(obj, name, timed)
 
 
-def sampling_gflop(n_rows, prompt_len, n_new, vocab):
-    """Matmul GFLOP of sampling: the linear layers (24 d^2 per token and layer) for the prefill
-    and every new token but the last, and the LM head (2 d V) once per new token."""
-    fed = n_rows * prompt_len + n_rows * (n_new - 1)
-    return (fed * 24 * D_MODEL ** 2 * N_LAYER + n_rows * n_new * 2 * D_MODEL * vocab) / 1e9
+def sampling_gflop(n_rows, n_new, vocab):
+    """Matmul GFLOP that sampling needs: one forward of one position per new token, its
+    linear layers (24 d^2 per layer) and its LM head (2 d V); the prompts' other positions
+    (shared by a prompt's G answers) and attention are not counted."""
+    return n_rows * n_new * (24 * D_MODEL ** 2 * N_LAYER + 2 * D_MODEL * vocab) / 1e9
 
 
 def matmul_peak(n=2048, repeats=5):
@@ -184,12 +184,11 @@ def timed_once(fn):
     return time.perf_counter() - t0
 
 
-def summary(side, threads, times, sampling, model, vocab, prompt_len):
-    """One side's line: median step and sampling seconds, and the sampling's matmul GFLOP
-    (prompt_len: the longest prompt, to which a batch is padded)."""
+def summary(side, threads, times, sampling, model, vocab):
+    """One side's line: median step and sampling seconds, and the sampling's matmul GFLOP."""
     return {"side": side, "threads": threads, "step_s": statistics.median(times),
             "sampling_s": statistics.median(sampling), "steps": len(times),
-            "sampling_gflop": sampling_gflop(N_PROMPTS * GROUP, prompt_len, NEW_TOKENS, vocab),
+            "sampling_gflop": sampling_gflop(N_PROMPTS * GROUP, NEW_TOKENS, vocab),
             "params": sum(p.numel() for p in model.parameters())}
 
 
