@@ -3,6 +3,7 @@
     python bench/bench_decode.py                      # CPU: the small GPT on a GRPO batch, 1 and 2 threads
     python bench/bench_decode.py --qwen3              # CUDA: Qwen3-0.6B's shape, random bf16 weights (gpu_check.sh)
     python bench/bench_decode.py --qwen3 --tiny       # a tiny Qwen3 on the CPU: every code path in seconds
+    python bench/bench_decode.py --threads 1 --profile --skip-reference   # and where one eager call's time goes
 
 The work is a GRPO batch: --prompts prompts of the task (14-16 tokens; for Qwen3, MATH-
 shaped ones of 200-1200 characters) x --group answers, --new-tokens each, at T 1. The
@@ -115,6 +116,25 @@ def measure(args, model, prompts, stop, mode):
     return first - per_call, per_call, (per_call - one) / (args.new_tokens - 1) * 1e3, out.tokens
 
 
+def profile(args, model, prompts, stop, threads):
+    """torch.profiler over one eager call: where a decode step's time goes, op by op."""
+    from torch.profiler import profile as torch_profile
+    call = lambda: generate(model, prompts, args.new_tokens, stop, generator=torch.Generator().manual_seed(0))  # noqa: E731
+    call()
+    with torch_profile() as prof:
+        call()
+    events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    total = sum(e.self_cpu_time_total for e in events)
+    steps = args.new_tokens - 1
+    print(f"\none eager call at {threads} thread(s), by torch.profiler: {sum(e.count for e in events)} aten ops "
+          f"({sum(e.count for e in events) / steps:.0f} a decode step, prefill included), {total / 1e3:.1f} ms of self CPU time")
+    print("| op | calls | ms | share |")
+    print("|---|---|---|---|")
+    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:12]:
+        print(f"| {e.key.removeprefix('aten::')} | {e.count} | {e.self_cpu_time_total / 1e3:.1f} "
+              f"| {e.self_cpu_time_total / total:.0%} |")
+
+
 def main(args):
     if args.qwen3 and not args.tiny and not torch.cuda.is_available():
         raise SystemExit("bench_decode: Qwen3-0.6B's shape needs a CUDA device (--tiny runs a tiny one on the CPU)")
@@ -143,6 +163,8 @@ def main(args):
             rate = gflop / per_call
             print(f"| {mode} | {warm:.1f} | {per_call:.3f} | {B * args.new_tokens / per_call:,.0f} | {step_ms:.2f} "
                   f"| {rate:.1f} ({rate / peak:.0%}) | {same} of {B} |", flush=True)
+        if args.profile and args.device == "cpu":
+            profile(args, model, prompts, stop, threads)
 
 
 if __name__ == "__main__":
@@ -157,6 +179,7 @@ if __name__ == "__main__":
     ap.add_argument("--n-layer", type=int, default=4, help="GPT depth (the issue's work: 4)")
     ap.add_argument("--d-model", type=int, default=GPTConfig.d_model, help="GPT width")
     ap.add_argument("--skip-reference", action="store_true", help="leave out the full-recompute reference row")
+    ap.add_argument("--profile", action="store_true", help="CPU: also the top ops of one eager call (torch.profiler)")
     args = ap.parse_args()
     args.new_tokens = args.new_tokens or (512 if args.qwen3 and not args.tiny else 48)
     main(args)
