@@ -18,7 +18,9 @@ whole budget and each mode does the same work. For each mode:
               attention not counted) over the call's time, and its share of the peak: an
               fp32 (bf16 on CUDA) 2048^3 a @ b at the same thread count
   same        rows whose tokens equal the eager mode's, for the same generator
-The reference (use_cache=False, the whole sequence again at each token) is the last row.
+The reference (use_cache=False, the whole sequence again at each token) follows; for the
+GPT a last row times only the matmuls of the decode steps on their own shapes: the floor
+that the step's arithmetic sets at this machine's speed for such small products.
 """
 import argparse
 import os
@@ -135,6 +137,24 @@ def profile(args, model, prompts, stop, threads):
               f"| {e.self_cpu_time_total / total:.0%} |")
 
 
+def matmuls_alone(model, B, n_new, repeats):
+    """s per call of only the matmuls of the GPT's decode steps (B rows: qkv, proj, two MLP
+    layers per block, the LM head), on their own shapes with random inputs: the floor that
+    the step's arithmetic sets at this speed of small matrix products."""
+    weights = [w for block in model.blocks for w in (block.attn.qkv.weight, block.attn.proj.weight,
+                                                     block.mlp[0].weight, block.mlp[2].weight)]
+    weights.append(model.lm_head_weight)
+    inputs = [torch.randn(B, w.shape[1]) for w in weights]
+
+    def call():
+        with torch.inference_mode():
+            for _ in range(n_new):
+                for x, w in zip(inputs, weights):
+                    x @ w.t()
+    call()
+    return statistics.median(timed("cpu", call)[0] for _ in range(repeats))
+
+
 def main(args):
     if args.qwen3 and not args.tiny and not torch.cuda.is_available():
         raise SystemExit("bench_decode: Qwen3-0.6B's shape needs a CUDA device (--tiny runs a tiny one on the CPU)")
@@ -163,6 +183,10 @@ def main(args):
             rate = gflop / per_call
             print(f"| {mode} | {warm:.1f} | {per_call:.3f} | {B * args.new_tokens / per_call:,.0f} | {step_ms:.2f} "
                   f"| {rate:.1f} ({rate / peak:.0%}) | {same} of {B} |", flush=True)
+        if not args.qwen3:
+            alone = matmuls_alone(model, B, args.new_tokens, args.repeats)
+            print(f"| (the matmuls alone) | - | {alone:.3f} | {B * args.new_tokens / alone:,.0f} | "
+                  f"{alone / args.new_tokens * 1e3:.2f} | {gflop / alone:.1f} ({gflop / alone / peak:.0%}) | - |")
         if args.profile and args.device == "cpu":
             profile(args, model, prompts, stop, threads)
 
