@@ -11,6 +11,7 @@ stop id can never be drawn (the LM head leaves its row out), so every row runs t
 whole budget and each mode does the same work. For each mode:
   warm-up s   the first call's time less a later call's: compiling, capturing the graph
   s / call    the median of --repeats later calls (prefill, decode, sampling)
+  prefill + 1st token   the median call with one new token
   tokens/s    new tokens per second
   ms / step   (s / call - one call with a single new token) / (new tokens - 1): one decode step
   GFLOP/s     the matmul FLOPs that sampling needs (per new token one position's linear
@@ -106,8 +107,10 @@ def matmul_peak(device, dtype, n=2048, repeats=5):
 
 
 def measure(args, model, prompts, stop, mode):
-    """-> (warm-up s, median s per call, ms per decode step, the tokens of one call)."""
-    kw = dict(use_cache=mode != "reference", compile="compile" in mode, cuda_graph="graph" in mode)
+    """-> (warm-up s, median s per call, s of a call with one new token (prefill and the
+    first token), ms per decode step, the tokens of one call)."""
+    kw = {"use_cache": False} if mode == "reference" else {}  # only what a mode changes: older code runs too
+    kw.update({"compile": True} if "compile" in mode else {}, **({"cuda_graph": True} if "graph" in mode else {}))
 
     def call(n):
         return generate(model, prompts, n, stop, generator=torch.Generator(args.device).manual_seed(0), **kw)
@@ -115,7 +118,7 @@ def measure(args, model, prompts, stop, mode):
     calls = [timed(args.device, lambda: call(args.new_tokens))[0] for _ in range(args.repeats)]
     one = statistics.median(timed(args.device, lambda: call(1))[0] for _ in range(args.repeats))
     per_call = statistics.median(calls)
-    return first - per_call, per_call, (per_call - one) / (args.new_tokens - 1) * 1e3, out.tokens
+    return first - per_call, per_call, one, (per_call - one) / (args.new_tokens - 1) * 1e3, out.tokens
 
 
 def profile(args, model, prompts, stop, threads):
@@ -165,6 +168,7 @@ def main(args):
     gflop = B * args.new_tokens * (flop_per_token + head_flop) / 1e9  # one position's forward per new token
     modes = ["eager", "compile"] + (["CUDA graph", "compile + CUDA graph"] if args.device == "cuda" else [])
     modes += ["reference"] if not args.skip_reference else []
+    modes = [m for m in modes if args.modes is None or m in args.modes.split(",")]
     print(f"{desc}; {len(base)} prompts x {args.group} answers = {B} rows, longest prompt {P}, "
           f"{args.new_tokens} new tokens, {gflop:.2f} GFLOP a call; median of {args.repeats} calls", flush=True)
     for threads in args.threads if args.device == "cpu" else [None]:
@@ -172,20 +176,21 @@ def main(args):
             torch.set_num_threads(threads)
         peak = matmul_peak(args.device, dtype)
         print(f"\n{'threads: %d, ' % threads if threads else ''}matmul peak {peak:.0f} GFLOP/s")
-        print("| mode | warm-up s | s / call | tokens/s | ms / step | GFLOP/s (% of peak) | same tokens as eager |")
-        print("|---|---|---|---|---|---|---|")
+        print("| mode | warm-up s | s / call | prefill + 1st token, ms | tokens/s | ms / step | GFLOP/s (% of peak) "
+              "| same tokens as eager |")
+        print("|---|---|---|---|---|---|---|---|")
         eager = None
         for mode in modes:
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.device == "cuda"):
-                warm, per_call, step_ms, tokens = measure(args, model, prompts, stop, mode)
+                warm, per_call, one, step_ms, tokens = measure(args, model, prompts, stop, mode)
             eager = tokens if eager is None else eager
             same = int((tokens == eager).all(1).sum())
             rate = gflop / per_call
-            print(f"| {mode} | {warm:.1f} | {per_call:.3f} | {B * args.new_tokens / per_call:,.0f} | {step_ms:.2f} "
-                  f"| {rate:.1f} ({rate / peak:.0%}) | {same} of {B} |", flush=True)
+            print(f"| {mode} | {warm:.1f} | {per_call:.3f} | {one * 1e3:.1f} | {B * args.new_tokens / per_call:,.0f} "
+                  f"| {step_ms:.2f} | {rate:.1f} ({rate / peak:.0%}) | {same} of {B} |", flush=True)
         if not args.qwen3:
             alone = matmuls_alone(model, B, args.new_tokens, args.repeats)
-            print(f"| (the matmuls alone) | - | {alone:.3f} | {B * args.new_tokens / alone:,.0f} | "
+            print(f"| (the matmuls alone) | - | {alone:.3f} | - | {B * args.new_tokens / alone:,.0f} | "
                   f"{alone / args.new_tokens * 1e3:.2f} | {gflop / alone:.1f} ({gflop / alone / peak:.0%}) | - |")
         if args.profile and args.device == "cpu":
             profile(args, model, prompts, stop, threads)
@@ -204,6 +209,7 @@ if __name__ == "__main__":
     ap.add_argument("--d-model", type=int, default=GPTConfig.d_model, help="GPT width")
     ap.add_argument("--skip-reference", action="store_true", help="leave out the full-recompute reference row")
     ap.add_argument("--profile", action="store_true", help="CPU: also the top ops of one eager call (torch.profiler)")
+    ap.add_argument("--modes", default=None, help="only these modes, comma-separated (e.g. eager,reference)")
     args = ap.parse_args()
     args.new_tokens = args.new_tokens or (512 if args.qwen3 and not args.tiny else 48)
     main(args)
