@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from decoding import KVCache, attention_mask
+from decoding import KVCache, attention_mask, decode_attention
 
 
 @dataclass
@@ -46,12 +46,15 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
-    def forward(self, x, allowed, cache=None):
+    def forward(self, x, allowed, cache=None, index=None):
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, hd)
-        if cache is not None:  # attend to every position so far, not only these T
-            k, v = cache.update(allowed.shape[-1] - T, k, v)  # (B, H, S, hd)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, H, T, hd)
+        if cache is not None:  # attend to the whole cache, not only these T (the mask hides the rest)
+            k, v = cache.update(index, k, v)  # (B, H, L, hd)
+        if cache is not None and T == 1:  # a decode step: one query row per sequence
+            y = decode_attention(q, k, v, allowed)  # (B, H, 1, hd)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, H, T, hd)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -63,8 +66,8 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=False), nn.GELU(),
                                  nn.Linear(4 * cfg.d_model, cfg.d_model, bias=False))
 
-    def forward(self, x, allowed, cache=None):
-        x = x + self.attn(self.ln1(x), allowed, cache)  # pre-LN: normalise, then add
+    def forward(self, x, allowed, cache=None, index=None):
+        x = x + self.attn(self.ln1(x), allowed, cache, index)  # pre-LN: normalise, then add
         return x + self.mlp(self.ln2(x))
 
 
@@ -90,21 +93,24 @@ class GPT(nn.Module):
     def lm_head_weight(self):
         return self.wte.weight  # tied: the output layer is the input embedding, (V, d)
 
-    def forward(self, idx, mask=None, cache=None, hidden=False):
+    def forward(self, idx, mask=None, cache=None, hidden=False, index=None):
         """idx (B, T) -> logits (B, T, V), or the final hidden states (B, T, d) if hidden.
 
-        mask (B, S) marks the real tokens among all S positions so far (default: all of
-        idx). Without a cache S = T; with one (a KVCache per layer, from `new_cache`)
-        the first S - T positions are already cached and idx holds the last T.
+        mask (B, S) marks the real tokens among all S positions (default: all of idx), and
+        index (T,) where among them idx sits (default: the last T). Without a cache S = T;
+        with one (a KVCache per layer, from `new_cache`) S is the cache's whole length L,
+        idx goes at cache positions index, and the positions after it are not written yet
+        (False in mask): decoding.generate's fixed-shape decode step.
         """
         B, T = idx.shape
         mask = torch.ones_like(idx, dtype=torch.bool) if mask is None else mask  # (B, S)
         S = mask.shape[1]
-        positions = (mask.long().cumsum(1) - 1).clamp(min=0)[:, S - T:]  # (B, T) each row's own count
-        allowed = attention_mask(mask, S - T)  # (B, 1, T, S)
+        index = torch.arange(S - T, S, device=idx.device) if index is None else index  # (T,)
+        positions = (mask.long().cumsum(1) - 1).clamp(min=0).index_select(1, index)  # (B, T) each row's own count
+        allowed = attention_mask(mask, index)  # (B, 1, T, S)
         x = self.wte(idx) + self.wpe(positions)  # (B, T, d)
         for i, block in enumerate(self.blocks):
-            x = block(x, allowed, None if cache is None else cache[i])
+            x = block(x, allowed, None if cache is None else cache[i], index)
         x = self.ln_f(x)
         return x if hidden else x @ self.lm_head_weight.t()  # (B, T, d) or (B, T, V)
 

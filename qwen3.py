@@ -65,7 +65,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from decoding import KVCache, attention_mask
+from decoding import KVCache, attention_mask, decode_attention
 from model import CheckpointError
 
 ARCHITECTURE = "Qwen3ForCausalLM"
@@ -144,21 +144,24 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)  # QK-norm: per head, over head_dim
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
-    def forward(self, x, allowed, cos, sin, cache=None):
+    def forward(self, x, allowed, cos, sin, cache=None, index=None):
         B, T, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(B, T, self.n_head, self.head_dim)).transpose(1, 2)  # (B, H, T, hd)
         k = self.k_norm(self.k_proj(x).view(B, T, self.n_kv_head, self.head_dim)).transpose(1, 2)  # (B, KV, T, hd)
         v = self.v_proj(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, KV, T, hd)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if cache is not None:  # attend to every position so far, not only these T
-            k, v = cache.update(allowed.shape[-1] - T, k, v)  # (B, KV, S, hd)
+        if cache is not None:  # attend to the whole cache, not only these T (the mask hides the rest)
+            k, v = cache.update(index, k, v)  # (B, KV, L, hd)
         # GQA without copying K and V: the G = H / KV query heads that share a key/value
         # head attend as G * T query rows of that one head (rows of attention are
         # independent), under the mask repeated once per head of the group (`grouped`).
         # PyTorch's enable_gqa=True instead runs only in flash attention (which takes no
         # mask) or in the math kernel, which copies K and V for each head.
         q = q.reshape(B, self.n_kv_head, -1, self.head_dim)  # (B, KV, G*T, hd), rows in (g, t) order
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, KV, G*T, hd)
+        if cache is not None and T == 1:  # a decode step: G query rows per key/value head
+            y = decode_attention(q, k, v, allowed)  # (B, KV, G, hd)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, KV, G*T, hd)
         y = y.reshape(B, self.n_head, T, self.head_dim).transpose(1, 2)  # (B, T, H, hd)
         return self.o_proj(y.reshape(B, T, self.n_head * self.head_dim))
 
@@ -182,8 +185,8 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, allowed, cos, sin, cache=None):
-        x = x + self.self_attn(self.input_layernorm(x), allowed, cos, sin, cache)
+    def forward(self, x, allowed, cos, sin, cache=None, index=None):
+        x = x + self.self_attn(self.input_layernorm(x), allowed, cos, sin, cache, index)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -209,26 +212,28 @@ class Qwen3(nn.Module):
     def lm_head_weight(self):  # (V, d)
         return self.embed_tokens.weight if self.cfg.tie_word_embeddings else self.lm_head.weight
 
-    def forward(self, idx, mask=None, cache=None, hidden=False):
+    def forward(self, idx, mask=None, cache=None, hidden=False, index=None):
         """idx (B, T) -> logits (B, T, V), or the final hidden states (B, T, d) if hidden.
 
-        mask (B, S) marks the real tokens among all S positions so far (default: all of
-        idx); with a cache (one KVCache per layer, from `new_cache`) the first S - T
-        positions are already cached and idx holds the last T (as model.GPT.forward).
+        mask (B, S) marks the real tokens among all S positions (default: all of idx), and
+        index (T,) where among them idx sits (default: the last T); with a cache (one
+        KVCache per layer, from `new_cache`) S is the cache's whole length and idx goes at
+        cache positions index (as model.GPT.forward).
         """
         B, T = idx.shape
         mask = torch.ones_like(idx, dtype=torch.bool) if mask is None else mask  # (B, S)
         S = mask.shape[1]
-        positions = (mask.long().cumsum(1) - 1).clamp(min=0)[:, S - T:]  # (B, T) each row's own count
-        allowed = grouped(attention_mask(mask, S - T), self.cfg)  # (B, 1, G*T, S)
+        index = torch.arange(S - T, S, device=idx.device) if index is None else index  # (T,)
+        positions = (mask.long().cumsum(1) - 1).clamp(min=0).index_select(1, index)  # (B, T) each row's own count
+        allowed = grouped(attention_mask(mask, index), self.cfg)  # (B, 1, G*T, S)
         cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta)  # (B, 1, T, hd)
         x = self.embed_tokens(idx)  # (B, T, d)
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache[i]
             if self.grad_checkpoint and self.training and torch.is_grad_enabled():
-                x = checkpoint(layer, x, allowed, cos, sin, layer_cache, use_reentrant=False)
+                x = checkpoint(layer, x, allowed, cos, sin, layer_cache, index, use_reentrant=False)
             else:
-                x = layer(x, allowed, cos, sin, layer_cache)
+                x = layer(x, allowed, cos, sin, layer_cache, index)
         x = self.norm(x)
         return x if hidden else x @ self.lm_head_weight.t()  # (B, T, d) or (B, T, V)
 

@@ -47,7 +47,7 @@ def sampling_rate(model, prompts, new_tokens, eos, use_cache):
 
 def training_rate(model, enc, batch_size, steps=5):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    data = sft.sft_examples(enc, "mixed", 0, 0.6)
+    data = sft.sft_examples(enc, "mixed", 0, 0.6, model.cfg.max_seq_len)
 
     def run():
         n = 0

@@ -29,7 +29,11 @@
 #               BOOK_FLAGS  the other train.py flags [--max-new-tokens 1024, the runs' budget];
 #                           for a 7_6_plus_format_reward checkpoint: BOOK_MODEL=qwen3-0.6b
 #                           BOOK_FLAGS="--max-new-tokens 1024 --chat-template"
-# Each part has a time limit; all six take at most about 25 minutes.
+#   7. decode bench/bench_decode.py --qwen3: the decode step on the book's model shape
+#             (Qwen3-0.6B, random bf16 weights, 8 prompts x 8 answers, 512 new tokens), eager,
+#             torch.compile, a CUDA graph, both: warm-up, tokens/s, ms per step, and the rows
+#             whose tokens equal the eager step's
+# Each part has a time limit; all seven take at most about 33 minutes.
 # Without CUDA it prints one line and exits 0. Exit status: 1 if any part failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -114,6 +118,8 @@ else  # --steps 0: evaluate at step 0 (and save it as model_step0), train nothin
     log "the book's logs (ch07/02_logs; runs with --max_new_tokens 1024): MATH-500 at step 50," \
         "7_3_plus_tracking 46.2%, 7_6_plus_format_reward 56.2%"
 fi
+
+part decode 480 python bench/bench_decode.py --qwen3 --repeats 2 --skip-reference
 
 log ""
 if [ ${#FAILED[@]} -eq 0 ]; then

@@ -1,0 +1,257 @@
+"""Benchmark: our GRPO step against TRL's GRPOTrainer on the same work, in alternating rounds.
+
+    python bench/bench_vs_trl.py --trl-python VENV/bin/python      # the table: 3 rounds at 1 and 2 threads
+    python bench/bench_vs_trl.py --side ours --threads 1            # one side once, in this process
+    python bench/bench_vs_trl.py --side trl --threads 1             # needs trl (below)
+
+TRL lives outside requirements.txt; give it a virtual environment that sees this torch:
+
+    python -m venv --system-site-packages VENV && VENV/bin/pip install "trl==1.16.*" torch==<this torch's version>
+
+The work, the same on both sides: a GPT of d 128, 4 layers, 4 heads and learned positions
+(ours: model.GPT; TRL's: a GPT-2 of that shape without dropout, randomly initialised), over our
+vocabulary plus one stop id; 8 of the task's prompts (level "hard", 14-16 tokens) x 8
+answers x exactly 48 new tokens at T 1; the rewards of rewards.score; one update per
+rollout (our --mu 1; TRL's num_iterations 1), Adam(W) at lr 1e-4, no KL, fp32, CPU.
+"Exactly 48": the stop id can never be drawn (ours: the LM head leaves its row out;
+TRL's: generate's suppress_tokens), so no row ends early on either side. TRL sees our
+prompts token for token (its tokenizer maps one character to each of our ids), in our
+order: step k samples the task's prompts 8k..8k+7 on both sides.
+
+Each side runs in a process of its own (OMP_NUM_THREADS and torch threads set), does
+--warmup steps, then times --steps steps; its line is the median step and the median of
+the sampling inside it (ours: decoding.generate; TRL's: the model's generate). The
+rounds alternate the two sides, thread count by thread count, so a machine whose speed
+drifts slows both alike; the table gives every round and the median ratio. A step's
+sampling is also put against the matmul FLOPs it needs (one position's linear layers and
+LM head per new token, 2 per multiply-add: 5.06 GFLOP) and the machine's matmul peak at
+that thread count (a 2048^3 fp32 a @ b).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import tasks  # noqa: E402
+from tokenizer import build_tokenizer, encode_prompt  # noqa: E402
+
+D_MODEL, N_LAYER, N_HEAD = 128, 4, 4
+NO_TRL = ("bench_vs_trl: trl is not importable by {python}; install it in a virtual environment "
+          "(python -m venv --system-site-packages VENV && VENV/bin/pip install \"trl==1.16.*\" "
+          f"torch=={torch.__version__.split('+')[0]}) and pass --trl-python VENV/bin/python")
+N_PROMPTS, GROUP, NEW_TOKENS, LR, MAX_SEQ_LEN = 8, 8, 48, 1e-4, 96
+
+
+def our_tokenizer():
+    import sft
+    return build_tokenizer(sft.build_tokenizer_spec(0))
+
+
+def problems(seed=0):
+    return tasks.problems("hard", seed)
+
+
+# ---------------------------------------------------------------- ours
+
+def run_ours(threads, warmup, steps):
+    import grpo
+    import rollouts
+    from bench_decode import NoStopGPT  # the LM head leaves the stop id's row out: it is never drawn
+    from model import GPTConfig
+
+    enc = our_tokenizer()
+    stop = enc.n_vocab  # the extra id
+    rollouts.stop_tokens = lambda enc: (stop,)  # rollouts ends rows on this id only
+    timer = Timer(rollouts, "generate")  # the sampling inside each step
+    torch.manual_seed(0)
+    policy = NoStopGPT(GPTConfig(vocab_size=enc.n_vocab + 1, max_seq_len=MAX_SEQ_LEN, n_layer=N_LAYER,
+                                 n_head=N_HEAD, d_model=D_MODEL))
+    cfg = grpo.GRPOConfig(group_size=GROUP, max_new_tokens=NEW_TOKENS, mu=1, kl=0.0, lr=LR)
+    opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    stream = problems()
+    times = []
+    for step in range(warmup + steps):
+        t0 = time.perf_counter()
+        batch, _ = grpo.grpo_step(policy, None, opt, enc, lambda: next(stream), N_PROMPTS, cfg,
+                                  torch.Generator().manual_seed(step))
+        times.append(time.perf_counter() - t0)
+    n_new = int(batch.loss_mask.sum())
+    assert n_new == N_PROMPTS * GROUP * NEW_TOKENS, f"{n_new} new tokens: a row ended early"  # the same work
+    return summary("ours", threads, times[warmup:], timer.times[warmup:], policy, enc.n_vocab)
+
+
+# ---------------------------------------------------------------- TRL
+
+def run_trl(threads, warmup, steps):
+    try:
+        import datasets
+        import transformers
+        import trl
+        from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    except ImportError:
+        raise SystemExit(NO_TRL.format(python=sys.executable)) from None
+    import rewards
+
+    enc = our_tokenizer()
+    stop = enc.n_vocab  # the extra id: TRL's eos and pad, suppressed in generate
+    char = [chr(0x100 + i) for i in range(enc.n_vocab + 1)]  # our id i <-> one character
+    text_of = {c: i for i, c in enumerate(char)}
+    fast = Tokenizer(models.WordLevel({c: i for i, c in enumerate(char)}, unk_token=char[stop]))
+    fast.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    fast.decoder = decoders.Fuse()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=fast, eos_token=char[stop], pad_token=char[stop],
+                                               padding_side="left")
+    stream = problems()
+    rows = []
+    for _ in range(N_PROMPTS * (warmup + steps) * 4):  # more than TRL's sampler will draw
+        p = next(stream)
+        rows.append({"prompt": "".join(char[i] for i in encode_prompt(enc, p.prompt)), "answer": p.answer})
+
+    def reward(completions, answer, **_):  # rewards.score on our own decoding of each completion
+        ids = [[text_of[c] for c in text if c in text_of and text_of[c] != stop] for text in completions]
+        return [rewards.score(enc.decode(i), a, len(i), max_len=NEW_TOKENS)["total"] for i, a in zip(ids, answer)]
+
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=enc.n_vocab + 1, n_positions=MAX_SEQ_LEN, n_embd=D_MODEL, n_layer=N_LAYER, n_head=N_HEAD,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,  # no dropout, as ours
+        bos_token_id=stop, eos_token_id=stop, pad_token_id=stop))
+    timer = Timer(model, "generate")
+    step_times = []
+
+    class StepTimer(transformers.TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            step_times.append(time.perf_counter() - self.t0)
+
+    with tempfile.TemporaryDirectory() as out:
+        args = trl.GRPOConfig(
+            output_dir=out, use_cpu=True, seed=0, max_steps=warmup + steps, learning_rate=LR,
+            per_device_train_batch_size=N_PROMPTS * GROUP, num_generations=GROUP, steps_per_generation=1,
+            gradient_accumulation_steps=1, num_iterations=1, beta=0.0, temperature=1.0, top_p=1.0,
+            max_completion_length=NEW_TOKENS, generation_kwargs={"suppress_tokens": [stop]}, shuffle_dataset=False,
+            logging_steps=10_000, save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0)
+        trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=args, processing_class=tok,
+                                  train_dataset=datasets.Dataset.from_list(rows), callbacks=[StepTimer()])
+        trainer.train()
+    return summary(f"trl {trl.__version__}", threads, step_times[warmup:], timer.times[warmup:], model, enc.n_vocab + 1)
+
+
+# ---------------------------------------------------------------- both
+
+class Timer:
+    """Wraps obj.name so each call's wall time is kept in .times."""
+
+    def __init__(self, obj, name):
+        self.times, real = [], getattr(obj, name)
+
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            out = real(*a, **k)
+            self.times.append(time.perf_counter() - t0)
+            return out
+        setattr(obj, name, timed)
+
+
+def sampling_gflop(n_rows, n_new, vocab):
+    """Matmul GFLOP that sampling needs: one forward of one position per new token, its
+    linear layers (24 d^2 per layer) and its LM head (2 d V); the prompts' other positions
+    (shared by a prompt's G answers) and attention are not counted."""
+    return n_rows * n_new * (24 * D_MODEL ** 2 * N_LAYER + 2 * D_MODEL * vocab) / 1e9
+
+
+def matmul_peak(n=2048, repeats=5):
+    """GFLOP/s of an fp32 n^3 a @ b at the current thread count (best of repeats)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = min(timed_once(lambda: a @ b) for _ in range(repeats))
+    return 2 * n ** 3 / best / 1e9
+
+
+def timed_once(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def summary(side, threads, times, sampling, model, vocab):
+    """One side's line: median step and sampling seconds, and the sampling's matmul GFLOP."""
+    return {"side": side, "threads": threads, "step_s": statistics.median(times),
+            "sampling_s": statistics.median(sampling), "steps": len(times),
+            "sampling_gflop": sampling_gflop(N_PROMPTS * GROUP, NEW_TOKENS, vocab),
+            "params": sum(p.numel() for p in model.parameters())}
+
+
+def one_side(args):
+    os.environ["OMP_NUM_THREADS"] = str(args.threads[0])
+    torch.set_num_threads(args.threads[0])
+    run = run_ours if args.side == "ours" else run_trl
+    out = run(args.threads[0], args.warmup, args.steps)
+    out["peak_gflops"] = matmul_peak()
+    print(json.dumps(out), flush=True)
+
+
+def spawn(python, side, threads, args):
+    cmd = [python, os.path.abspath(__file__), "--side", side, "--threads", str(threads),
+           "--warmup", str(args.warmup), "--steps", str(args.steps)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise SystemExit(f"{side} at {threads} thread(s) failed:\n{(run.stdout + run.stderr)[-3000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def main(args):
+    if args.side:
+        return one_side(args)
+    if subprocess.run([args.trl_python, "-c", "import trl"], capture_output=True).returncode != 0:
+        raise SystemExit(NO_TRL.format(python=args.trl_python))
+    results = {(s, t): [] for s in ("ours", "trl") for t in args.threads}
+    for r in range(args.rounds):
+        for threads in args.threads:
+            for side, python in (("ours", sys.executable), ("trl", args.trl_python)):
+                out = spawn(python, side, threads, args)
+                results[side, threads].append(out)
+                print(f"round {r + 1}, {threads} thread(s), {out['side']}: {out['step_s']:.3f} s/step, "
+                      f"sampling {out['sampling_s']:.3f} s (load {os.getloadavg()[0]:.1f})", flush=True)
+    first = results["ours", args.threads[0]][0]
+    print(f"\nwork: {N_PROMPTS} prompts x {GROUP} answers x {NEW_TOKENS} new tokens, d {D_MODEL}, {N_LAYER} layers "
+          f"({first['params'] / 1e6:.2f}M parameters ours), one update per rollout; {args.rounds} alternating rounds, "
+          f"each the median of {args.steps} steps after {args.warmup} warm-up")
+    print("| threads | ours, s/step | TRL, s/step | TRL / ours, median | ours sampling, s (GFLOP/s, % of peak) "
+          "| TRL sampling, s |")
+    print("|---|---|---|---|---|---|")
+    for threads in args.threads:
+        ours, theirs = results["ours", threads], results["trl", threads]
+        ratio = statistics.median(t["step_s"] / o["step_s"] for o, t in zip(ours, theirs))
+        samp = statistics.median(o["sampling_s"] for o in ours)
+        rate = first["sampling_gflop"] / samp
+        peak = statistics.median(o["peak_gflops"] for o in ours)
+        print(f"| {threads} | {listed(ours)} | {listed(theirs)} | {ratio:.2f}x "
+              f"| {samp:.3f} ({rate:.0f} GFLOP/s, {rate / peak:.0%} of {peak:.0f}) "
+              f"| {statistics.median(t['sampling_s'] for t in theirs):.3f} |")
+
+
+def listed(runs):
+    return ", ".join(f"{r['step_s']:.2f}" for r in runs)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--side", choices=["ours", "trl"], default=None, help="run one side once, in this process")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (both sides, every thread count)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps (median reported)")
+    ap.add_argument("--trl-python", default=sys.executable, help="a python that imports trl, for TRL's side")
+    main(ap.parse_args())
