@@ -193,7 +193,7 @@ def test_an_unknown_name_is_a_usage_error_in_one_line():
     out = subprocess.run([sys.executable, "experiments.py", "nosuch"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
-    assert out.stderr.startswith("experiments.py: error: unknown experiment 'nosuch'; choose from all, table, naive_kl")
+    assert out.stderr.startswith("experiments.py: error: unknown experiment 'nosuch'; choose from all, table, fixes, naive_kl")
     assert len(out.stderr.splitlines()) == 1
 
 
