@@ -35,6 +35,10 @@ BOOK = ["--recipe", "book", *BOOK_LENGTH]  # the book's regime
 # base model's tail (sft.py --label-smoothing 0.2); evaluated on the chains of medium, as everything else here
 RUNAWAY = [*BOOK, "--level", "medium_search", "--eval-level", "medium", "--init", "checkpoints/warmstart_search.pt",
            "--eval-sampled"]
+SEARCH = ["--level", "medium_search", "--eval-level", "medium", "--init", "checkpoints/warmstart_search.pt"]  # ... in
+# our default settings
+KL_REUSE = ["--kl", "0.5", "--mu", "4", "--minibatches", "4", "--exact-kl"]  # a strong KL on pi_old's samples, and its
+# exact value
 EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     # our default regime: GRPO's variants, each against the baseline
     "baseline": (["--clip", "inf", "--mu", "1", "--kl", "0"], "GRPO without clipping, one update per batch, no KL"),
@@ -108,12 +112,9 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     # the closing list's fixes (FIXES): each where its failure happens, beside the same run without it
     "ds4": (["--prompts-per-step", "4"], "the default at 4 prompts a step: whole steps of groups with no signal"),
     "ds4_dynamic": (["--prompts-per-step", "4", "--dynamic-sampling"], "... with dynamic sampling"),
-    "search": (["--level", "medium_search", "--eval-level", "medium", "--init", "checkpoints/warmstart_search.pt"],
-               "the default on the runaway's task: failed searches run long"),
-    "search_token": (["--level", "medium_search", "--eval-level", "medium", "--init",
-                      "checkpoints/warmstart_search.pt", "--loss-agg", "token_mean"], "... with a token-level loss"),
-    "search_drgrpo": (["--level", "medium_search", "--eval-level", "medium", "--init",
-                       "checkpoints/warmstart_search.pt", "--loss-agg", "constant", "--adv-norm", "none"],
+    "search": (SEARCH, "the default on the runaway's task: failed searches run long"),
+    "search_token": ([*SEARCH, "--loss-agg", "token_mean"], "... with a token-level loss"),
+    "search_drgrpo": ([*SEARCH, "--loss-agg", "constant", "--adv-norm", "none"],
                       "... with Dr. GRPO's constant normaliser and no std"),
     "book_runaway_overlong": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--overlong-cache", "8"],
                               "the runaway with DAPO's overlong penalty over the last 8 tokens"),
@@ -123,14 +124,13 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
                                  "the runaway with the sampler at T 0.8 and no top-p: every token stays reachable"),
     "book_runaway_temperature_tis": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--top-p", "1", "--tis-cap", "2"],
                                      "... with truncated importance sampling, C = 2"),
-    "kl_reuse": (["--kl", "0.5", "--mu", "4", "--minibatches", "4", "--exact-kl", "--loss-agg", "token_mean"],
+    "kl_reuse": ([*KL_REUSE, "--loss-agg", "token_mean"],
                  "a strong k3 KL on 16 updates a rollout, its exact value logged beside (token mean: see kl_reuse_seq)"),
-    "kl_reuse_reweight": (["--kl", "0.5", "--mu", "4", "--minibatches", "4", "--exact-kl", "--loss-agg", "token_mean",
-                           "--kl-reweight"], "... with the KL re-weighted by pi / pi_old"),
-    "kl_reuse_seq": (["--kl", "0.5", "--mu", "4", "--minibatches", "4", "--exact-kl"],
-                     "the same under the default seq_mean, whose 1 / length weights bias the estimate on their own"),
-    "kl_reuse_seq_reweight": (["--kl", "0.5", "--mu", "4", "--minibatches", "4", "--exact-kl", "--kl-reweight"],
-                              "... with the KL re-weighted"),
+    "kl_reuse_reweight": ([*KL_REUSE, "--loss-agg", "token_mean", "--kl-reweight"],
+                          "... with the KL re-weighted by pi / pi_old"),
+    "kl_reuse_seq": (KL_REUSE, "the same under the default seq_mean, whose 1 / length weights bias the estimate on "
+                               "their own"),
+    "kl_reuse_seq_reweight": ([*KL_REUSE, "--kl-reweight"], "... with the KL re-weighted"),
     "default_passk": (["--eval-pass-k", "8"], "the default, with pass@8 at each evaluation"),
     "entropy_bonus_01": (["--eval-pass-k", "8", "--entropy-coef", "0.1"], "... with an entropy bonus, alpha 0.1"),
 }
