@@ -198,10 +198,11 @@ def test_an_unknown_name_is_a_usage_error_in_one_line():
 
 
 def test_run_summary_reads_the_rewards_50_step_peak_and_its_lowest_mean_after(tmp_path):
-    """The total reward rises to 1.5 over steps 1..100 and falls to 0.5 over 101..200: its highest
-    whole 50-step mean is 1.5 (steps 51..100), the lowest after it 0.5 (151..200)."""
+    """The total reward starts at 0.2 (steps 1..50), rises to 1.5 (51..100) and falls to 0.5
+    (101..200): its highest whole 50-step mean is 1.5 (steps 51..100), the lowest after it 0.5
+    (151..200); the lower mean before the peak is not the one after it."""
     rows = [{"step": 0, "eval_acc": 0.1}]
-    rows += [{"step": t, "time": t, "reward": 1.0 if t <= 50 else 1.5 if t <= 100 else 0.5, "reward_correct": 0.5,
+    rows += [{"step": t, "time": t, "reward": 0.2 if t <= 50 else 1.5 if t <= 100 else 0.5, "reward_correct": 0.2,
               "reward_format": 0.95} for t in range(1, 201)]
     s = experiments.run_summary(rows)
     assert s["reward_peak50"] == pytest.approx(1.5) and s["reward_low_after_peak"] == pytest.approx(0.5)

@@ -349,12 +349,20 @@ def test_every_panel_with_its_tick_labels_lies_inside_the_figure(tmp_path):
              for s, e in zip(range(1, 101), entropy)]
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    fig = plot.build_figure(plot.load_runs([tmp_path / "run"]), plot.PANELS["sampler"], 0.25, "sampler: run")
-    fig.canvas.draw()  # as savefig draws it
-    renderer = fig.canvas.get_renderer()
-    for ax in fig.axes:
-        box = ax.get_tightbbox(renderer)
-        assert box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y0 >= 0 and box.y1 <= fig.bbox.height, ax.get_title()
+    # two panels side by side (the sampler figure before its diagnostics were added) cut the labels
+    # after one layout pass; the sampler figure as it is now
+    two = [("entropy: learner (solid), sampler (dashed)", "line", ["entropy", "sampler_entropy"]),
+           ("sampler-learner gap |log pi_old - log pi_sampler|", "line", ["sampler_gap"])]
+    for panels in (two, plot.PANELS["sampler"]):
+        fig = plot.build_figure(plot.load_runs([tmp_path / "run"]), panels, 0.25, "sampler: run")
+        fig.canvas.draw()  # as savefig draws it
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            box = ax.get_tightbbox(renderer)
+            assert box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y0 >= 0 and box.y1 <= fig.bbox.height, \
+                ax.get_title()
+        if panels is two:
+            plt.close(fig)
     gap = [ax for ax in fig.axes if ax.get_title().startswith("|log pi_old - log pi_sampler|")][0]
     assert gap.get_ylim() == (0, 1e-5) and any("no gap" in t.get_text() for t in gap.texts)  # noise said as such
     plt.close(fig)

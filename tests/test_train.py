@@ -265,6 +265,13 @@ def test_each_evaluation_writes_the_answers_to_the_first_held_out_problems(warm,
         assert r["answer"] == held_out[[p.prompt for p in held_out].index(r["prompt"])].answer
         for kind in ("greedy", "sampled"):
             assert isinstance(r[kind], str) and r[kind + "_correct"] == rewards.correctness_reward(r[kind], r["answer"])
+    # step 0's answers are evaluate()'s for the warm start: greedy, and sampled with the run's own generator
+    enc = build_tokenizer(ckpt["tokenizer"])
+    greedy = evaluation.evaluate(policy, enc, held_out, 16)["answers"]
+    sampler = dict(temperature=1.0, top_k=0, top_p=1.0,
+                   generator=torch.Generator().manual_seed(train.step_seed(0, 0) + 7919))
+    sampled = evaluation.evaluate(policy, enc, held_out, 16, sampler=sampler)["answers"]
+    assert [(r["greedy"], r["sampled"]) for r in rows[:3]] == [(g[1], s[1]) for g, s in zip(greedy[:3], sampled[:3])]
     metrics = {r["step"]: r for r in read_metrics(run_dir) if "eval_acc" in r}
     assert set(metrics) == {r["step"] for r in rows}
     with open(os.path.join(run_dir, "answers.jsonl"), "a") as f:  # an evaluation logged after the last checkpoint
