@@ -750,7 +750,12 @@ def test_sampler_dtype_draws_from_bf16_weights_beside_the_fp32_learner(warm_poli
     rounded = copy.deepcopy(step.before).to(torch.bfloat16)
     drew_with = logprobs(rounded if dtype == "bfloat16" else step.before, b, 1.0)  # full forward, float64 softmax
     learner = logprobs(step.before, b, 1.0)
-    torch.testing.assert_close(b.sampler_logp[m].double(), drew_with[m], rtol=0, atol=0.05 if dtype == "bfloat16" else 1e-5)
+    if dtype == "bfloat16":  # bf16 rounds each op: the cached decode and a full forward round in other orders,
+        # so the sampler matches the bf16 forward up to that, and is far nearer to it than to the fp32 weights
+        near, far = ((b.sampler_logp[m].double() - x[m]).abs() for x in (drew_with, learner))
+        assert near.max() < 0.1 and near.mean() < 0.5 * far.mean()
+    else:
+        torch.testing.assert_close(b.sampler_logp[m].double(), drew_with[m], rtol=0, atol=1e-5)
     torch.testing.assert_close(step.updates[0].logp[m].double(), learner[m], rtol=1e-4, atol=1e-5)  # fp32 learner
     gap = (learner - b.sampler_logp.double())[m].abs()
     assert (gap.mean() > 1e-3) == (dtype == "bfloat16") and next(model.parameters()).dtype == torch.float32
