@@ -31,14 +31,12 @@ import plot
 COMMON = ["--steps", "100", "--eval-every", "10"]
 BOOK_LENGTH = ["--steps", "500", "--eval-every", "50"]  # as long as the book's runs
 BOOK = ["--recipe", "book", *BOOK_LENGTH]  # the book's regime
-# ... on the runaway's task: three searches in four, whose failures run long, from a warm start that keeps a
+# the runaway's task: three searches in four, whose failures run long, from a warm start that keeps a
 # base model's tail (sft.py --label-smoothing 0.2); evaluated on the chains of medium, as everything else here
-RUNAWAY = [*BOOK, "--level", "medium_search", "--eval-level", "medium", "--init", "checkpoints/warmstart_search.pt",
-           "--eval-sampled"]
-SEARCH = ["--level", "medium_search", "--eval-level", "medium", "--init", "checkpoints/warmstart_search.pt"]  # ... in
-# our default settings
-KL_REUSE = ["--kl", "0.5", "--mu", "4", "--minibatches", "4", "--exact-kl"]  # a strong KL on pi_old's samples, and its
-# exact value
+SEARCH = ["--level", "medium_search", "--eval-level", "medium", "--init", "checkpoints/warmstart_search.pt"]
+RUNAWAY = [*BOOK, *SEARCH, "--eval-sampled"]  # the book's regime on it, sampled held-out answers scored too
+KL_REUSE = ["--kl", "0.5", "--mu", "4", "--minibatches", "4", "--exact-kl"]  # a strong KL on pi_old's samples, and
+# its exact value beside it
 EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     # our default regime: GRPO's variants, each against the baseline
     "baseline": (["--clip", "inf", "--mu", "1", "--kl", "0"], "GRPO without clipping, one update per batch, no KL"),
