@@ -80,6 +80,37 @@ def test_gdpo_keeps_the_sparse_term_from_drowning():
     assert plain[0] < 0 < gdpo[0]  # the only correct answer: punished by the plain sum, rewarded by GDPO
 
 
+def distinct_magnitudes(adv):
+    return sorted({round(abs(a), 3) for a in adv.tolist()})  # 3 places: the eps of the std moves the 5th
+
+
+def every_two_rollout_group():
+    """All 16 groups of 2 rollouts scored by 2 binary rewards (GDPO, arXiv 2601.05242, Fig. 2),
+    side by side in one batch: terms (32,) each."""
+    combos = torch.tensor([[a, b, c, d] for a in (0, 1) for b in (0, 1) for c in (0, 1) for d in (0, 1)],
+                          dtype=torch.float)  # (16, 4): rollout 1's two rewards, rollout 2's two
+    return {"correct": combos[:, [0, 2]].reshape(-1), "format_paid": combos[:, [1, 3]].reshape(-1)}
+
+
+def test_gdpo_tells_apart_the_reward_tuples_that_grpo_merges():
+    """GRPO normalises the summed reward: at 2 rollouts any two different totals, (0, 1), (0, 2)
+    or (1, 2), give the same +-1/sqrt(2), so its advantages take 2 magnitudes. GDPO normalises
+    each reward first: a group apart in one reward gets +-1/sqrt(2), apart in both +-sqrt(2),
+    3 magnitudes, and the paper's batch-wise normalisation after the sum keeps them. The book's
+    gdpo.py normalises the sum again within the group (our --adv-norm group), which at 2
+    rollouts maps every split back to +-1/sqrt(2): the same 2 magnitudes as GRPO."""
+    terms, weights = every_two_rollout_group(), {"correct": 1.0, "format_paid": 1.0}
+    grpo_adv = grpo.group_advantages(terms["correct"] + terms["format_paid"], 2)
+    gdpo_batch = grpo.gdpo_advantages(terms, weights, 2, norm="batch")
+    gdpo_group = grpo.gdpo_advantages(terms, weights, 2, norm="group")
+    half = round(2 ** -0.5, 3)
+    assert distinct_magnitudes(grpo_adv) == [0.0, half]
+    assert len(distinct_magnitudes(gdpo_batch)) == 3
+    small, large = distinct_magnitudes(gdpo_batch)[1:]
+    assert abs(large / small - 2.0) < 1e-3  # apart in both rewards: twice the advantage of apart in one
+    assert distinct_magnitudes(gdpo_group) == [0.0, half]
+
+
 def test_entropy_bonus_gradient_equals_autograd_through_the_reference(monkeypatch):
     enc = build_tokenizer({"merges": []})
     torch.manual_seed(0)
