@@ -12,7 +12,16 @@ The work, the same on both sides: a GPT of d 128, 4 layers, 4 heads and learned 
 (ours: model.GPT; TRL's: a GPT-2 of that shape without dropout, randomly initialised), over our
 vocabulary plus one stop id; 8 of the task's prompts (level "hard", 14-16 tokens) x 8
 answers x exactly 48 new tokens at T 1; the rewards of rewards.score; one update per
-rollout (our --mu 1; TRL's num_iterations 1), Adam(W) at lr 1e-4, no KL, fp32, CPU.
+rollout (our --mu 1; TRL's num_iterations 1), no KL, fp32 on the CPU. TRL 1.16's GRPOConfig
+defaults do other work than ours, so the harness sets each to ours: bf16 autocast
+(bf16=None becomes True) and gradient checkpointing (True) off, the loss "grpo" (each
+answer's token mean, then the mean over answers: our seq_mean; its default "dapo" is our
+token_mean), a constant learning rate (its default decays linearly to 0 over max_steps), and
+the same Adam implementation (its default is the fused AdamW; at weight decay 0 AdamW is
+Adam). Both sides then print what their running trainer uses, read from the objects that
+run (TRL's trainer, model and optimizer; ours), on one line each; where TRL's differs from
+ours in any of them (a TRL whose defaults move), the script stops and names the setting
+instead of timing other work.
 "Exactly 48": the stop id can never be drawn (ours: the LM head leaves its row out;
 TRL's: generate's suppress_tokens), so no row ends early on either side. TRL sees our
 prompts token for token (its tokenizer maps one character to each of our ids), in our
@@ -48,6 +57,11 @@ NO_TRL = ("bench_vs_trl: trl is not importable by {python}; install it in a virt
           "(python -m venv --system-site-packages VENV && VENV/bin/pip install \"trl==1.16.*\" "
           f"torch=={torch.__version__.split('+')[0]}) and pass --trl-python VENV/bin/python")
 N_PROMPTS, GROUP, NEW_TOKENS, LR, MAX_SEQ_LEN = 8, 8, 48, 1e-4, 96
+ADAM = dict(fused=False, foreach=False)  # one Adam implementation on both sides: torch's single-tensor loop
+# what both trainers must run with, as settings() reads it off the running objects
+SAME_WORK = {"bf16": False, "gradient_checkpointing": False, "param_dtype": "float32", "dropout": 0.0,
+             "optimizer": "Adam(W) fused=False foreach=False", "weight_decay": 0.0, "lr": LR, "lr_schedule": "constant",
+             "warmup_steps": 0, "max_grad_norm": 1.0, "loss": "seq_mean", "clip": 0.2, "adv_norm": "group", "beta": 0.0}
 
 
 def our_tokenizer():
@@ -75,7 +89,8 @@ def run_ours(threads, warmup, steps):
     policy = NoStopGPT(GPTConfig(vocab_size=enc.n_vocab + 1, max_seq_len=MAX_SEQ_LEN, n_layer=N_LAYER,
                                  n_head=N_HEAD, d_model=D_MODEL))
     cfg = grpo.GRPOConfig(group_size=GROUP, max_new_tokens=NEW_TOKENS, mu=1, kl=0.0, lr=LR)
-    opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr, **ADAM)  # as train.py's (ADAM names torch's default on the CPU)
+    facts = settings_of_ours(policy, opt, cfg)
     stream = problems()
     times = []
     for step in range(warmup + steps):
@@ -85,7 +100,20 @@ def run_ours(threads, warmup, steps):
         times.append(time.perf_counter() - t0)
     n_new = int(batch.loss_mask.sum())
     assert n_new == N_PROMPTS * GROUP * NEW_TOKENS, f"{n_new} new tokens: a row ended early"  # the same work
-    return summary("ours", threads, times[warmup:], timer.times[warmup:], policy, enc.n_vocab)
+    return summary("ours", threads, times[warmup:], timer.times[warmup:], policy, enc.n_vocab, facts)
+
+
+def settings_of_ours(policy, opt, cfg):
+    """The facts SAME_WORK names, read off our running objects."""
+    group = opt.param_groups[0]
+    return {"bf16": torch.is_autocast_enabled("cpu"),  # grpo_step runs no autocast on the CPU
+            "gradient_checkpointing": False,  # model.GPT has none
+            "param_dtype": str(next(policy.parameters()).dtype).replace("torch.", ""),
+            "dropout": 0.0,  # model.GPT has no dropout module
+            "optimizer": f"Adam(W) fused={bool(group['fused'])} foreach={bool(group['foreach'])}",
+            "weight_decay": group["weight_decay"], "lr": group["lr"], "lr_schedule": "constant", "warmup_steps": 0,
+            "max_grad_norm": cfg.max_grad_norm, "loss": cfg.loss_agg, "clip": cfg.clip, "adv_norm": cfg.adv_norm,
+            "beta": cfg.kl, "attention": "sdpa (learner), matmuls (decode)"}
 
 
 # ---------------------------------------------------------------- TRL
@@ -125,9 +153,13 @@ def run_trl(threads, warmup, steps):
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,  # no dropout, as ours
         bos_token_id=stop, eos_token_id=stop, pad_token_id=stop))
     timer = Timer(model, "generate")
-    step_times = []
+    step_times, facts = [], {}
 
     class StepTimer(transformers.TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kw):
+            facts.update(settings_of_trl(trainer, model, optimizer, lr_scheduler))
+            refuse_other_work(facts, f"trl {trl.__version__}")
+
         def on_step_begin(self, args, state, control, **kw):
             self.t0 = time.perf_counter()
 
@@ -140,11 +172,50 @@ def run_trl(threads, warmup, steps):
             per_device_train_batch_size=N_PROMPTS * GROUP, num_generations=GROUP, steps_per_generation=1,
             gradient_accumulation_steps=1, num_iterations=1, beta=0.0, temperature=1.0, top_p=1.0,
             max_completion_length=NEW_TOKENS, generation_kwargs={"suppress_tokens": [stop]}, shuffle_dataset=False,
-            logging_steps=10_000, save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0)
+            logging_steps=10_000, save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0,
+            # the work ours does (TRL 1.16's defaults in the comments)
+            bf16=False, fp16=False,  # bf16=None: bf16 autocast
+            gradient_checkpointing=False,  # True: the forward again inside the backward
+            loss_type="grpo",  # "dapo": our token_mean
+            lr_scheduler_type="constant", warmup_steps=0,  # "linear": lr decays to 0 over max_steps
+            optim="adamw_torch", optim_args=None, weight_decay=0.0,  # "adamw_torch_fused"
+            epsilon=0.2, scale_rewards="group", max_grad_norm=1.0, disable_dropout=True)
         trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=args, processing_class=tok,
                                   train_dataset=datasets.Dataset.from_list(rows), callbacks=[StepTimer()])
         trainer.train()
-    return summary(f"trl {trl.__version__}", threads, step_times[warmup:], timer.times[warmup:], model, enc.n_vocab + 1)
+    return summary(f"trl {trl.__version__}", threads, step_times[warmup:], timer.times[warmup:], model,
+                   enc.n_vocab + 1, facts)
+
+
+def settings_of_trl(trainer, model, optimizer, lr_scheduler):
+    """The facts SAME_WORK names, read off TRL's running trainer, model and optimizer (not
+    off the config we passed): autocast from accelerate's mixed precision, checkpointing
+    from the model, the optimizer and schedule from the objects the trainer built."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps it
+    group = inner.param_groups[0]
+    dropouts = {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)}
+    factors = {f(step) for f in lr_scheduler.lr_lambdas for step in (0, 1, 10 ** 6)}  # the LR's factor over time
+    schedule = "constant" if factors == {1.0} else type(lr_scheduler).__name__
+    return {"bf16": trainer.accelerator.mixed_precision == "bf16" or trainer.args.bf16,
+            "gradient_checkpointing": bool(model.is_activation_checkpointing if hasattr(model, "is_activation_checkpointing")
+                                           else model.is_gradient_checkpointing),
+            "param_dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+            "dropout": max(dropouts, default=0.0),
+            "optimizer": f"Adam(W) fused={bool(group.get('fused'))} foreach={bool(group.get('foreach'))}",
+            "weight_decay": group["weight_decay"], "lr": group["lr"], "lr_schedule": schedule,
+            "warmup_steps": trainer.args.warmup_steps, "max_grad_norm": trainer.args.max_grad_norm,
+            "loss": {"grpo": "seq_mean", "dapo": "token_mean", "dr_grpo": "constant"}.get(trainer.loss_type,
+                                                                                          trainer.loss_type),
+            "clip": trainer.epsilon_low, "adv_norm": str(trainer.scale_rewards),
+            "beta": trainer.beta, "attention": model.config._attn_implementation}
+
+
+def refuse_other_work(facts, side):
+    """Stop, naming the setting, where a side runs other work than SAME_WORK."""
+    for key, want in SAME_WORK.items():
+        if facts[key] != want:
+            raise SystemExit(f"bench_vs_trl: {side} runs with {key}={facts[key]!r}, not {want!r} as the other side; "
+                             f"the timing would compare other work (set it in run_trl's GRPOConfig)")
 
 
 # ---------------------------------------------------------------- both
@@ -184,9 +255,11 @@ def timed_once(fn):
     return time.perf_counter() - t0
 
 
-def summary(side, threads, times, sampling, model, vocab):
-    """One side's line: median step and sampling seconds, and the sampling's matmul GFLOP."""
-    return {"side": side, "threads": threads, "step_s": statistics.median(times),
+def summary(side, threads, times, sampling, model, vocab, facts):
+    """One side's line: median step and sampling seconds, the sampling's matmul GFLOP, and
+    the settings it ran with."""
+    refuse_other_work(facts, side)
+    return {"side": side, "threads": threads, "settings": facts, "step_s": statistics.median(times),
             "sampling_s": statistics.median(sampling), "steps": len(times),
             "sampling_gflop": sampling_gflop(N_PROMPTS * GROUP, NEW_TOKENS, vocab),
             "params": sum(p.numel() for p in model.parameters())}
@@ -198,7 +271,12 @@ def one_side(args):
     run = run_ours if args.side == "ours" else run_trl
     out = run(args.threads[0], args.warmup, args.steps)
     out["peak_gflops"] = matmul_peak()
+    print(f"{out['side']} runs with: {settings_line(out['settings'])}", flush=True)
     print(json.dumps(out), flush=True)
+
+
+def settings_line(facts):
+    return " ".join(f"{k}={v}" for k, v in facts.items())
 
 
 def spawn(python, side, threads, args):
@@ -221,6 +299,8 @@ def main(args):
         for threads in args.threads:
             for side, python in (("ours", sys.executable), ("trl", args.trl_python)):
                 out = spawn(python, side, threads, args)
+                if r == 0 and threads == args.threads[0]:
+                    print(f"{out['side']} runs with: {settings_line(out['settings'])}", flush=True)
                 results[side, threads].append(out)
                 print(f"round {r + 1}, {threads} thread(s), {out['side']}: {out['step_s']:.3f} s/step, "
                       f"sampling {out['sampling_s']:.3f} s (load {os.getloadavg()[0]:.1f})", flush=True)
