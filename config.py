@@ -33,8 +33,9 @@ class GRPOConfig:
     learner_temperature: float = knob("rollouts", None, "temperature of the learner's log-probs (pi_theta, pi_old, "
                                       "pi_ref); default: --temperature (the book: 1)", type=float)
     sampler_dtype: str = knob("rollouts", "float32", "the sampler's weights: bfloat16 samples from a bf16 copy of the "
-                              "policy beside the fp32 learner, as a vLLM sampler beside a trainer does",
-                              ["float32", "bfloat16"])
+                              "policy beside the fp32 learner, as a vLLM sampler beside a trainer does; int8 / fp8 "
+                              "from a copy fake-quantized to 8 bits per output channel (8-bit rollouts)",
+                              ["float32", "bfloat16", "int8", "fp8"])
     # rewards
     format_weight: float = knob("rewards", 0.0, "w in reward = correct + w * format")
     format_check: str = knob("rewards", "strict", "ours (one non-empty think block, then the answer), the "

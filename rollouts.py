@@ -42,9 +42,7 @@ def rollout(policy, enc, problems, cfg, generator):
     repeated = [p for p in problems for _ in range(cfg.group_size)]  # each prompt G times, adjacent
     prompts = [encode_prompt(enc, p.prompt) for p in repeated]
     stop = stop_tokens(enc)  # <|endoftext|>; for the reasoning Qwen3 <|im_end|> too
-    # --sampler-dtype bfloat16: the same weights rounded to bf16 draw the answers (a stress: the
-    # sampler's log-probs then differ from the fp32 learner's in every token, by rounding alone)
-    sampler = policy if cfg.sampler_dtype == "float32" else copy.deepcopy(policy).to(torch.bfloat16)
+    sampler = sampler_weights(policy, cfg.sampler_dtype)  # the policy itself, unless --sampler-dtype
     sampler.eval()
     tokens, mask, sampler_logp, sampler_entropy, support = generate(
         sampler, prompts, cfg.max_new_tokens, stop, cfg.temperature, cfg.top_k, cfg.top_p, generator,
@@ -63,6 +61,37 @@ def rollout(policy, enc, problems, cfg, generator):
                     truncated=~torch.isin(completion, torch.tensor(stop, device=completion.device)).any(1),
                     rewards={k: torch.tensor([s[k] for s in scores]) for k in scores[0]},  # each (B,)
                     texts=texts, problems=repeated, prompt_len=P)
+
+
+def sampler_weights(policy, dtype):
+    """The weights that draw the answers (--sampler-dtype), beside the fp32 learner: the policy
+    itself (float32); a copy rounded to bf16 (bfloat16: the sampler's log-probs differ from the
+    learner's by rounding alone, a KL of about 1e-5 here); or a copy whose every weight matrix is
+    fake-quantized to 8 bits per output channel and dequantized for the matmul (int8, fp8), as a
+    rollout engine with 8-bit weights beside a full-precision trainer (fp8 rollouts, FlashRL)."""
+    if dtype == "float32":
+        return policy
+    if dtype == "bfloat16":
+        return copy.deepcopy(policy).to(torch.bfloat16)
+    sampler = copy.deepcopy(policy)
+    with torch.no_grad():
+        for w in sampler.parameters():
+            if w.dim() == 2:  # embeddings, attention, MLP, LM head; not the norms' vectors
+                w.copy_(fake_quantize(w, dtype))
+    return sampler
+
+
+def fake_quantize(w, dtype):
+    """w (out, in) rounded as an 8-bit engine stores it: one absmax scale per output channel (row),
+    each value to int8 (-127..127) or fp8 e4m3 (|x| <= 448), then back to w's dtype."""
+    amax = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-12)  # (out, 1)
+    if dtype == "int8":
+        scale = amax / 127
+        return (w / scale).round().clamp(-127, 127) * scale
+    if dtype == "fp8":
+        scale = amax / 448
+        return (w / scale).to(torch.float8_e4m3fn).to(w.dtype) * scale
+    raise ValueError(f"unknown sampler dtype {dtype!r}")
 
 
 def take_rows(batch, rows):

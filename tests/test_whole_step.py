@@ -23,6 +23,7 @@ import torch
 
 import grpo
 import rewards
+import rollouts
 import tasks
 from grpo import GRPOConfig
 
@@ -762,6 +763,46 @@ def test_sampler_dtype_draws_from_bf16_weights_beside_the_fp32_learner(warm_poli
     assert_grad(step.updates[0], on_policy_grad(step, cfg))
 
 
+@pytest.mark.parametrize("dtype", ["int8", "fp8"])
+def test_sampler_dtype_draws_from_8bit_weights_beside_the_fp32_learner(warm_policy, table, dtype):
+    """int8 / fp8: the answers and their sampler log-probs come from every weight matrix
+    rounded to 8 bits per output channel (a full forward of that copy gives the same log-probs),
+    the learner's from the fp32 weights; the gap is larger than bf16's rounding."""
+    model, enc = warm_policy()
+    cfg = GRPOConfig(**BASE, sampler_dtype=dtype)
+    step = run(model, enc, cfg)
+    b, m = step.batch, completion(step.batch)
+    quantized = copy.deepcopy(step.before)
+    with torch.no_grad():
+        for w in quantized.parameters():
+            if w.dim() == 2:
+                w.copy_(rollouts.fake_quantize(w, dtype))
+    torch.testing.assert_close(b.sampler_logp[m].double(), logprobs(quantized, b, 1.0)[m], rtol=0, atol=1e-5)
+    learner = logprobs(step.before, b, 1.0)
+    torch.testing.assert_close(step.updates[0].logp[m].double(), learner[m], rtol=1e-4, atol=1e-5)  # fp32 learner
+    assert (learner - b.sampler_logp.double())[m].abs().mean() > 1e-3
+    assert_grad(step.updates[0], on_policy_grad(step, cfg))
+
+
+@pytest.mark.parametrize("dtype, levels", [("int8", 127), ("fp8", None)])
+def test_fake_quantize_rounds_each_row_to_its_own_8bit_grid(dtype, levels):
+    torch.manual_seed(0)
+    w = torch.randn(7, 33) * torch.logspace(-3, 1, 7)[:, None]  # rows of very different scales
+    q = rollouts.fake_quantize(w, dtype)
+    amax = w.abs().amax(1, keepdim=True)
+    torch.testing.assert_close(q.abs().amax(1, keepdim=True), amax)  # each row's largest value is kept exactly
+    if levels:  # int8: every value on its row's grid of amax / 127, at most half a step away
+        steps = q / (amax / levels)
+        torch.testing.assert_close(steps, steps.round(), rtol=0, atol=1e-4)
+        assert ((q - w).abs() <= amax / levels / 2 + 1e-7).all()
+    else:  # fp8 e4m3: 3 mantissa bits, a relative error of at most 2^-4 away from zero
+        scaled = q / (amax / 448)
+        torch.testing.assert_close(scaled.to(torch.float8_e4m3fn).float(), scaled, rtol=1e-6, atol=1e-6)
+        big = w.abs() > amax * 2 ** -6
+        assert ((q - w).abs()[big] <= w.abs()[big] * 2 ** -4 + 1e-7).all()
+    assert not torch.equal(q, w)
+
+
 @pytest.mark.parametrize("keep", [False, True])
 def test_keep_sampling_mask_makes_the_learners_logprobs_the_samplers(warm_policy, table, keep):
     model, enc = warm_policy()
@@ -874,7 +915,8 @@ FLAG_TESTS = {  # GRPOConfig field -> the tests in this file that run a step wit
     "kl_reweight": ["test_kl_estimator_level_and_reweight_through_the_step"],
     "exact_kl": ["test_exact_kl_logs_the_kl_over_the_whole_vocabulary_and_changes_nothing_else"],
     "lr": ["test_lr_is_the_size_of_adams_first_step"],
-    "sampler_dtype": ["test_sampler_dtype_draws_from_bf16_weights_beside_the_fp32_learner"],
+    "sampler_dtype": ["test_sampler_dtype_draws_from_bf16_weights_beside_the_fp32_learner",
+                      "test_sampler_dtype_draws_from_8bit_weights_beside_the_fp32_learner"],
     "max_grad_norm": ["test_max_grad_norm_caps_the_norm_of_the_update"],
 }
 
