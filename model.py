@@ -37,6 +37,7 @@ class GPTConfig:
     n_layer: int = 2
     n_head: int = 4
     d_model: int = 128
+    dropout: float = 0.0  # on each block's two residual branches in training mode (GPT-2's resid_pdrop)
 
 
 class Attention(nn.Module):
@@ -65,10 +66,26 @@ class Block(nn.Module):
         self.attn = Attention(cfg)
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=False), nn.GELU(),
                                  nn.Linear(4 * cfg.d_model, cfg.d_model, bias=False))
+        self.drop = dropout_layer(cfg.dropout)
 
     def forward(self, x, allowed, cache=None, index=None):
-        x = x + self.attn(self.ln1(x), allowed, cache, index)  # pre-LN: normalise, then add
-        return x + self.mlp(self.ln2(x))
+        x = x + self.drop(self.attn(self.ln1(x), allowed, cache, index))  # pre-LN: normalise, then add
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+
+def dropout_layer(p):
+    # no Dropout module at 0: one at p 0 would still draw its mask in training mode
+    return nn.Dropout(p) if p > 0 else nn.Identity()
+
+
+def set_dropout(model, p):
+    """Dropout p in every block of a built GPT (train.py --dropout): active in training mode, so in
+    the learner's forwards, and off in eval mode, so in the sampler's (rollouts.py) and in
+    evaluation: the mismatch TRL turns dropout off for. Saved with the config."""
+    model.cfg.dropout = p
+    for block in model.blocks:
+        block.drop = dropout_layer(p)
+    return model
 
 
 class GPT(nn.Module):

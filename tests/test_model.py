@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from decoding import filter_logits, generate
-from model import GPT, CheckpointError, GPTConfig, load_checkpoint, save_checkpoint
+from model import GPT, CheckpointError, GPTConfig, load_checkpoint, save_checkpoint, set_dropout
 
 EOS = 60
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -113,6 +113,29 @@ def test_checkpoint_roundtrip_and_clear_errors(model, tmp_path):
     torch.save(ckpt, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="does not match"):
         load_checkpoint(str(tmp_path / "other.pt"))
+
+
+def test_dropout_acts_in_the_learners_forward_only(tmp_path):
+    """--dropout: at 0 no dropout module exists (the forward draws nothing from the random state);
+    at p > 0 two training-mode forwards differ and two eval-mode ones (the sampler's) agree; the
+    weights are unchanged and a checkpoint keeps p."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=64, max_seq_len=48, n_layer=2, n_head=2, d_model=32))
+    x = torch.randint(0, model.cfg.vocab_size, (3, 9))
+    assert not any(isinstance(m, torch.nn.Dropout) for m in model.modules())
+    model.train()
+    state = torch.get_rng_state()
+    first = model(x)
+    assert torch.equal(torch.get_rng_state(), state) and torch.equal(first, model(x))
+    keys = set(model.state_dict())
+    set_dropout(model, 0.2)
+    assert set(model.state_dict()) == keys
+    assert not torch.equal(model(x), model(x))
+    model.eval()
+    torch.testing.assert_close(model(x), first, rtol=0, atol=0)  # eval mode: the weights as they are
+    save_checkpoint(str(tmp_path / "c.pt"), model, {})
+    loaded, _ = load_checkpoint(str(tmp_path / "c.pt"))
+    assert loaded.cfg.dropout == 0.2 and sum(isinstance(m, torch.nn.Dropout) for m in loaded.modules()) == 2
 
 
 def test_checkpoint_holding_a_pickled_object_is_refused(model, tmp_path):
