@@ -502,7 +502,7 @@ def judge(check, runs, names):
         return bool(check(*known)), None
     except KeyError as e:
         lacking = [name for name, k in zip(names, known) if e.args[0] not in k]
-        return False, f"{' and '.join(lacking)} has no {e.args[0]}"
+        return False, f"{' and '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no {e.args[0]}"
 
 
 def fmt_metric(key, value):

@@ -316,7 +316,7 @@ BUGS = [
   "tests/test_verdicts.py -k run_summary"),
  ("verdicts: a number a run lacks fails the check unnamed", "experiments.py", "known = [{k: v for k, v in run.items() if v is not None and v == v} for run in runs]", "known = runs",
   "tests/test_verdicts.py -k lacks"),
- ("verdicts: a run that lacks a number counted as held", "experiments.py", "return False, f\"{' and '.join(lacking)} has no", "return True, f\"{' and '.join(lacking)} has no",
+ ("verdicts: a run that lacks a number counted as held", "experiments.py", "return False, f\"{' and '.join(lacking)} {", "return True, f\"{' and '.join(lacking)} {",
   "tests/test_verdicts.py -k lacks"),
  # the sampler-learner diagnostics (tests/test_sampler_diagnostics.py)
  ("sampler diagnostics: k3 with w - 1 + gap", "stats.py", 'stats.mean("sampler_kl_k3", w - 1 - gap, m)', 'stats.mean("sampler_kl_k3", w - 1 + gap, m)',

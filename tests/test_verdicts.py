@@ -224,4 +224,5 @@ def test_a_check_on_a_number_that_is_nan_is_not_judged_rather_than_not_held():
     check = experiments.LESSONS["fix_kl_reweight"][1]
     held, why = experiments.judge(check, [{"kl_bias": math.nan}, {"kl_bias": 0.01}], ["kl_reuse", "kl_reuse_reweight"])
     assert not held and why == "kl_reuse has no kl_bias"
+    assert experiments.judge(check, [{}, {"kl_bias": None}], ["a", "b"]) == (False, "a and b have no kl_bias")
     assert experiments.judge(check, [{"kl_bias": 0.19}, {"kl_bias": 0.01}], ["a", "b"]) == (True, None)
