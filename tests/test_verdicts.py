@@ -95,6 +95,22 @@ def test_a_lesson_does_not_hold_on_a_pair_inside_its_margin(lesson):
         assert not check(broken, fixed), (broken, fixed)
 
 
+@pytest.mark.parametrize("lesson", list(experiments.LESSONS))
+def test_a_lesson_whose_run_lacks_a_number_names_it_or_does_not_read_it(lesson):
+    """Any one number of a holding pair missing (absent, None or nan: an old or interrupted run):
+    the verdict either still holds, the check not reading it, or names that number and that run;
+    never a plain "no"."""
+    check, names = experiments.LESSONS[lesson][1], ["broken", "fixed"]
+    pair = holding_pair(lesson)
+    for i, run in enumerate(pair):
+        for key in run:
+            for lacking in ({k: v for k, v in run.items() if k != key}, {**run, key: None}, {**run, key: math.nan}):
+                runs = [lacking if j == i else other for j, other in enumerate(pair)]
+                held, why = experiments.judge(check, runs, names)
+                assert held or why == f"{names[i]} has no {key}", (key, why)
+    assert experiments.judge(check, [{}, {}], names)[0] is False  # two empty metrics files
+
+
 # The runs without each fix, seeds 0, 1, 2, as EXPERIMENTS.md records them ("The closing list").
 # pass@8 without the entropy bonus is recorded as a range, 93.5-96.5%: the seeds below are the
 # arrangement of that range with the largest spread.
