@@ -12,8 +12,8 @@ experiment replaces COMMON's), run as `python train.py ...` in a subprocess, so 
 CPU thread each; `--nproc 2` runs each one under torchrun on two processes instead. Each
 question gets one figure (COMPARISONS), drawn by plot.py as the mean over seeds with a
 min..max band. The table is computed from the run folders, never typed: mean +- std
-over seeds, then each lesson (LESSONS) checked seed by seed, with the step at which
-each metric first moved (`first_moves`).
+over seeds, then each lesson (LESSONS) checked seed by seed, each fix by a stated margin
+(FIXES), with the step at which each metric first moved (`first_moves`).
 
 The lessons run the book's own algorithm (`--recipe book`, one prompt per step, 500
 steps as the chapter's runs); the comparisons of GRPO's variants run our default
@@ -235,42 +235,58 @@ LESSONS = {  # lesson -> (experiments, check(their summaries for one seed) -> bo
 }
 
 
-def better(key, higher=True):
-    """A fix's check: its own metric moved the way the fix is made to move it."""
-    return lambda without, with_: (with_[key] > without[key]) if higher else (with_[key] < without[key])
+def better(key, higher, margin, relative=False):
+    """A fix's check: its own metric moved the way the fix is made to move it, by at least
+    `margin`: in the metric's own unit, or, relative, as a share of the run without it. Any
+    difference at all is not enough: two seeds of the same run differ too."""
+    def check(without, with_):
+        gain = with_[key] - without[key] if higher else without[key] - with_[key]
+        return gain > 0 and gain >= margin * (abs(without[key]) if relative else 1)  # > 0: 2% of 0 asks nothing
+    return check
 
 
 # the closing list (the book's 7_7_improvements: olmo3_style.py items 1-7, deepseek_v32_style.py 8-12) and
 # the other named fixes: item -> (its numbers in the book's list, what it fixes, the regime,
-# (without, with), its metric in run_summary, "higher" or "lower")
+# (without, with), its metric in run_summary, "higher" or "lower", the margin (size, "points" or "relative")).
+# Each margin is at least twice the std over seeds 0-2 of the run without the fix (EXPERIMENTS.md gives
+# them): in points for a share (an accuracy, the cut share, the KL's relative bias), relative for a count
+# or a length, whose scale the regime sets (the prompts a step, the cap)
 FIXES = {
     "dynamic_sampling": ("1, 2", "groups with no signal", "the default at 4 prompts a step", ("ds4", "ds4_dynamic"),
-                         "mean_signal_groups", "higher"),
+                         "mean_signal_groups", "higher", (0.02, "relative")),
     "token_mean": ("3", "long wrong answers weighing less per token", "the runaway's task, default settings",
-                   ("search", "search_token"), "late_resp_len_wrong", "lower"),
+                   ("search", "search_token"), "late_resp_len_wrong", "lower", (0.25, "relative")),
     "drgrpo": ("7", "the same, and the std's weight on easy groups", "the runaway's task, default settings",
-               ("search", "search_drgrpo"), "late_resp_len_wrong", "lower"),
+               ("search", "search_drgrpo"), "late_resp_len_wrong", "lower", (0.25, "relative")),
     "overlong": ("DAPO", "answers cut at the cap", "the runaway", ("book_runaway", "book_runaway_overlong"),
-                 "mean_truncated_frac", "lower"),
+                 "mean_truncated_frac", "lower", (0.09, "points")),
     "keep_mask": ("11", "a learner with mass where top-p never samples", "the runaway",
-                  ("book_runaway", "book_runaway_keepmask_T1"), "sampled_final", "higher"),
+                  ("book_runaway", "book_runaway_keepmask_T1"), "sampled_final", "higher", (0.18, "points")),
     "tis": ("6, as a sampler weight", "a sampler that is not the learner", "the runaway at T 0.8 without top-p",
-            ("book_runaway_temperature", "book_runaway_temperature_tis"), "drop", "lower"),
+            ("book_runaway_temperature", "book_runaway_temperature_tis"), "drop", "lower", (0.60, "points")),
     "kl_reweight": ("9", "a KL estimated on pi_old's samples", "KL 0.5, 16 updates a rollout, token mean",
-                    ("kl_reuse", "kl_reuse_reweight"), "kl_bias", "lower"),
-    "entropy_bonus": ("-", "entropy collapse", "the default", ("default_passk", "entropy_bonus_01"), "entropy",
-                      "higher"),
+                    ("kl_reuse", "kl_reuse_reweight"), "kl_bias", "lower", (0.13, "points")),
+    # judged by what it exists for, answers kept diverse, not by the entropy it raises by construction
+    "entropy_bonus": ("-", "lost diversity", "the default", ("default_passk", "entropy_bonus_01"), "pass_final",
+                      "higher", (0.035, "points")),
 }
 METRICS = {  # run_summary's keys, as the fixes table names them
     "mean_signal_groups": "groups with signal a step", "late_resp_len_wrong": "wrong answers' length, 2nd half",
     "mean_truncated_frac": "cut share", "sampled_final": "sampled held-out accuracy, end",
     "drop": "greedy accuracy's fall from its peak",
     "kl_bias": "KL estimate's bias, \\|mean (estimate - exact) / exact\\| over the run",
-    "entropy": "entropy, last 10 steps",
+    "pass_final": "pass@k at the last evaluation",
 }
-PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias"}
-LESSONS.update({"fix_" + item: (list(pair), better(key, side == "higher"), f"{fixes}: {METRICS[key]} {side} with it")
-                for item, (_, fixes, _, pair, key, side) in FIXES.items()})
+PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "pass_final"}
+
+
+def margin_text(size, unit):
+    return f"{size * 100:g} points" if unit == "points" else f"{size:.0%} of the run without it"
+
+
+LESSONS.update({"fix_" + item: (list(pair), better(key, side == "higher", size, unit == "relative"),
+                                f"{fixes}: {METRICS[key]} {side} with it, by at least {margin_text(size, unit)}")
+                for item, (_, fixes, _, pair, key, side, (size, unit)) in FIXES.items()})
 
 
 def merge_flags(*flag_lists):
@@ -457,20 +473,36 @@ def table(runs_dir):
 
 
 def fixes_table(summaries):
-    """The closing list's fixes, one row each: what it fixes, where, its metric, without -> with
-    in each seed, and in how many seeds it moved the metric the way it is made to."""
+    """The closing list's fixes, one row each: what it fixes, where, its metric and its margin,
+    without -> with in each seed, and in how many seeds it moved the metric the way it is made
+    to, by the margin (a seed whose runs lack the metric is named, and not counted)."""
     out = ["", "| item (the book's list) | what it fixes | regime | its metric | without -> with, seeds 0, 1, 2 | "
                "held |", "|---|---|---|---|---|---|"]
-    for item, (numbers, fixes, regime, (without, with_), key, better) in FIXES.items():
+    for item, (numbers, fixes, regime, (without, with_), key, side, margin) in FIXES.items():
         if without not in summaries or with_ not in summaries:
             continue
         seeds = sorted(set(summaries[without]) & set(summaries[with_]), key=lambda s: int(s[4:]))
-        pairs = [(summaries[without][s][key], summaries[with_][s][key]) for s in seeds]
-        held = sum(LESSONS["fix_" + item][1](summaries[without][s], summaries[with_][s]) for s in seeds)
+        pairs = [(summaries[without][s].get(key), summaries[with_][s].get(key)) for s in seeds]
+        verdicts = [judge(LESSONS["fix_" + item][1], [summaries[without][s], summaries[with_][s]], [without, with_])
+                    for s in seeds]
         cells = ", ".join(f"{fmt_metric(key, a)} -> {fmt_metric(key, b)}" for a, b in pairs)
-        out.append(f"| {item} ({numbers}) | {fixes} | {regime} | {METRICS[key]} ({better}) | {cells} | "
-                   f"{held} of {len(seeds)} |")
+        unjudged = "".join(f"; seed {s[4:]} not judged: {why}" for s, (_, why) in zip(seeds, verdicts) if why)
+        out.append(f"| {item} ({numbers}) | {fixes} | {regime} | {METRICS[key]} ({side}, by >= "
+                   f"{margin_text(*margin)}) | {cells} | {sum(h for h, _ in verdicts)} of {len(seeds)}{unjudged} |")
     return out if len(out) > 3 else []
+
+
+def judge(check, runs, names):
+    """(held, why it could not be judged or None) of one seed. The check sees only the numbers
+    each run has: one that a run lacks (an old run, an interrupted one; None or nan in its
+    summary) stops the check, which then names it and the run instead of failing quietly on a
+    nan, and the seed is not counted as held."""
+    known = [{k: v for k, v in run.items() if v is not None and v == v} for run in runs]  # v == v: not nan
+    try:
+        return bool(check(*known)), None
+    except KeyError as e:
+        lacking = [name for name, k in zip(names, known) if e.args[0] not in k]
+        return False, f"{' and '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no {e.args[0]}"
 
 
 def fmt_metric(key, value):
@@ -487,24 +519,28 @@ def moved(run):
 
 def lesson_tables(summaries):
     """Each lesson whose experiments have runs: the claim, in how many seeds it held, and per
-    seed each experiment's greedy peak (step) -> final accuracy, the signs of a runaway where
-    they were logged (signs), and what moved first."""
+    seed each experiment's greedy peak (step) -> final accuracy, whether it held (or which
+    number of which run it lacked: judge), the signs of a runaway where they were logged
+    (signs), and what moved first."""
     out = []
     for lesson, (names, check, claim) in LESSONS.items():
         if lesson.startswith("fix_") or not all(n in summaries for n in names):  # fixes_table has those
             continue
         seeds = sorted(set.intersection(*(set(summaries[n]) for n in names)), key=lambda s: int(s[4:]))
-        held = [s for s in seeds if check(*(summaries[n][s] for n in names))]
-        out += ["", f"**{lesson}** ({claim}): held in {len(held)} of {len(seeds)} seeds", "",
+        verdicts = {s: judge(check, [summaries[n][s] for n in names], names) for s in seeds}
+        held = [s for s in seeds if verdicts[s][0]]
+        unjudged = sum(1 for s in seeds if verdicts[s][1])
+        out += ["", f"**{lesson}** ({claim}): held in {len(held)} of {len(seeds)} seeds"
+                + (f" ({unjudged} not judged: a number missing)" if unjudged else ""), "",
                 "| seed | " + " | ".join(f"{n}: greedy peak (step) -> final" for n in names) + " | held | signs: "
                 f"{names[0]}'s highest entropy (of ln V), cut share and wrong answers' length (first 20 steps -> "
                 "highest 20-step mean); sampled accuracy peak -> final; the reward's 50-step mean peak -> lowest "
                 f"after it | what moved first in {names[0]} |", "|---|" + "---|" * (len(names) + 3)]
         for s in seeds:
             runs = [summaries[n][s] for n in names]
-            cells = [f"{r['peak']:.1%} ({r['peak_step']}) -> {r['final']:.1%}" for r in runs]
-            out.append(f"| {s[4:]} | " + " | ".join(cells) + f" | {'yes' if s in held else 'no'} | {signs(runs)} | "
-                       f"{moved(runs[0])} |")
+            cells = [f"{r['peak']:.1%} ({r['peak_step']}) -> {r['final']:.1%}" if "peak" in r else "-" for r in runs]
+            verdict = "yes" if verdicts[s][0] else f"not judged: {verdicts[s][1]}" if verdicts[s][1] else "no"
+            out.append(f"| {s[4:]} | " + " | ".join(cells) + f" | {verdict} | {signs(runs)} | {moved(runs[0])} |")
     return out
 
 
