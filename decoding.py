@@ -149,24 +149,24 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
         tokens[i, P - len(p):P] = torch.tensor(p, device=device)
         mask[i, P - len(p):P] = True
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    where = torch.arange(L, device=device)  # (L,) cache positions; where[t - 1:t] is a (1,) view, no new tensor
+    positions = torch.arange(L, device=device)  # (L,) cache positions; positions[t - 1:t] is a (1,) view, no new tensor
     # inference_mode: no_grad that also skips autograd's version counters and view tracking,
     # the same numbers ~13% faster at 64 rows (a decode step is many tiny ops). The tensors it
     # creates can never enter autograd, so the outputs are written into the buffers above,
     # made before it: training later saves `tokens` for its backward.
     with torch.inference_mode():
         if use_cache:
-            cache, first_logits = prefill(model, tokens, mask, P, where)
+            cache, first_logits = prefill(model, tokens, mask, P, positions)
         step = decode_step
         if use_cache and (compile or cuda_graph) and L > P + 1:
-            step = faster_decode_step(model, tokens[:, P:P + 1], mask, cache, where[P:P + 1], compile, cuda_graph)
+            step = faster_decode_step(model, tokens[:, P:P + 1], mask, cache, positions[P:P + 1], compile, cuda_graph)
         for t in range(P, L):  # t: the position of the token sampled now
             if not use_cache:  # the reference: the whole sequence again
                 logits = next_logits(model, model(tokens[:, :t], mask[:, :t], hidden=True))
             elif t == P:
                 logits = first_logits
             else:  # the last token, at cache position t - 1, in shapes that never change
-                logits = step(model, tokens[:, t - 1:t], mask, cache, where[t - 1:t])
+                logits = step(model, tokens[:, t - 1:t], mask, cache, positions[t - 1:t])
             nxt, logp, ent = sample(logits.float(), temperature, top_k, top_p, generator, greedy, support, t)  # (B,)
             tokens[:, t] = torch.where(done, eos_id, nxt)
             sampler_logp[:, t] = torch.where(done, 0.0, logp)
@@ -182,7 +182,7 @@ def generate(model, prompts, max_new_tokens, eos_id, temperature=1.0, top_k=0, t
                    support[:, :end] if keep_support else None)
 
 
-def prefill(model, tokens, mask, P, where):
+def prefill(model, tokens, mask, P, positions):
     """The prompts tokens[:, :P] (left-padded, mask (B, L)) into a new cache of L positions
     -> (the cache, the first new token's logits (B, V)).
 
@@ -194,7 +194,7 @@ def prefill(model, tokens, mask, P, where):
     which = [ids.setdefault(tuple(row), len(ids)) for row in tokens[:, :P].tolist()]  # (B,) each row's prompt
     firsts = [which.index(u) for u in range(len(ids))]  # (U,) the first row holding each
     cache = model.new_cache(len(firsts), mask.shape[1])
-    h = model(tokens[firsts, :P], mask[firsts], cache, hidden=True, index=where[:P])  # (U, P, d)
+    h = model(tokens[firsts, :P], mask[firsts], cache, hidden=True, index=positions[:P])  # (U, P, d)
     logits = next_logits(model, h)  # (U, V)
     if len(firsts) < len(which):
         which = torch.tensor(which, device=tokens.device)  # (B,)

@@ -8,12 +8,13 @@
 Sections 1-4 are the chapter's GRPO. Every variant is a flag on the one function that
 holds its idea (`--ratio-level` on `policy_ratio`, `--kl-estimator` on `kl_penalty`, ...);
 the few that need a function of their own (other objectives, GDPO, the off-policy
-corrections) follow in section 5, and a variant that is off costs nothing. What a step
+corrections, which grpo_loss applies given the sampler's log-probs, and the exact KL, a
+statistic) follow in section 5, and a variant that is off costs nothing and logs nothing. What a step
 logs is stats.py's. Where this departs from the book's scripts
 (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/):
 1. The learner scores log-probs at the sampler's temperature, so the sampler and the
    learner describe one distribution. The book samples at T 0.8 with top-p 0.9 and
-   scores at T 1 over the full vocabulary: `--learner-temperature 1` (`batch_logprobs`).
+   scores at T 1 over the full vocabulary: `--learner-temperature 1` (`learner_temperature`).
 2. Epochs reuse one rollout (`--mu`, `--minibatches`, as TRL and verl do); the book's
    `--inner_epochs` sample again from a frozen copy: `--resample-epochs` (`grpo_step`).
 3. The ratio is per token (GRPO); the book's summed sequence ratio is `--ratio-level
@@ -22,7 +23,8 @@ logs is stats.py's. Where this departs from the book's scripts
    `--kl-estimator k1 --kl-level sequence` (`kl_penalty`). A reference model exists only
    when beta > 0, as in `7_5_plus_kl.py`.
 5. Log-probs come from kernels that never materialise an (N, V) log-softmax, only for
-   completion rows (`token_logprobs`).
+   completion rows (`token_logprobs`); `token_logprobs_reference` is the textbook
+   log_softmax they compute, and the tests hold the two equal.
 Many processes (torchrun): distributed.py says how each normaliser is made global.
 """
 import copy
@@ -36,7 +38,7 @@ from config import RECIPES, GRPOConfig  # noqa: F401 (grpo.GRPOConfig and grpo.R
 from distributed import everywhere_finite, global_mean, global_std, same_count, unwrap
 from kernels import linear_logprobs_and_entropy, token_logprobs_and_entropy
 from rollouts import minibatch_rows, rollout, sample_batch
-from stats import StepStats, batch_stats, safe_exp, update_stats
+from stats import StepStats, batch_stats, update_stats
 
 
 def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator):
@@ -55,42 +57,41 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
     averages the gradients over the ranks; in one process, the policy itself.
     """
     policy = unwrap(policy_ddp)  # sampling and the no-grad passes need no gradient all-reduce
-    frozen_pi_old = copy.deepcopy(policy).requires_grad_(False) if cfg.resample_epochs and cfg.mu > 1 else None
-    first_batch, zero_std_groups = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
+    pi_old = copy.deepcopy(policy).requires_grad_(False) if cfg.resample_epochs and cfg.mu > 1 else policy
+    first_batch, zero_std = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
     stats, batch = StepStats(), first_batch
     for epoch in range(cfg.mu):
         if epoch > 0 and cfg.resample_epochs:  # the book's inner epochs: new answers to the same prompts
-            batch = rollout(frozen_pi_old, enc, first_batch.problems[::cfg.group_size], cfg, generator)
+            batch = rollout(pi_old, enc, first_batch.problems[::cfg.group_size], cfg, generator)
         if epoch == 0 or cfg.resample_epochs:  # a new batch: its advantages, and pi_ref's and pi_old's log-probs
             adv = advantages(batch, cfg)  # (B,)
             loss_mask = batch.loss_mask & ~batch.truncated[:, None] if cfg.mask_truncated else batch.loss_mask
-            minibatches = same_count(minibatch_rows(len(adv), cfg.group_size, cfg.minibatches))  # K lists of rows
+            row_sets = same_count(minibatch_rows(len(adv), cfg.group_size, cfg.minibatches))  # K tensors of rows
             ref_logp = logprobs_no_grad(ref_policy, batch, loss_mask, cfg) if cfg.kl > 0 else None  # (B, T)
-            pi_old = policy if epoch == 0 else frozen_pi_old
-            # Until the step's first update the policy *is* pi_old: when that update sees every
-            # row, its own forward gives pi_old's log-probs (a pass of their own: +11% a default step)
-            first_update_sees_all = epoch == 0 and len(minibatches) == 1
-            old_logp = None if first_update_sees_all else logprobs_no_grad(pi_old, batch, loss_mask, cfg)  # (B, T)
-        for rows in minibatches:
+            old_logp = None if first_update_is_pi_old(epoch, row_sets) else \
+                logprobs_no_grad(pi_old, batch, loss_mask, cfg)  # (B, T); None: the first update's forward gives it
+        for rows in row_sets:
             stats.next_update()
             logp, entropy = batch_logprobs(policy_ddp, batch, rows, loss_mask, cfg)  # pi_theta (b, T), with gradient
-            if old_logp is None:
-                old_logp = logp.detach()  # the first update, still on pi_old's weights
-            old, mask, A = old_logp[rows], loss_mask[rows], adv[rows]  # pi_old (b, T), (b, T), (b,)
-            ref = None if ref_logp is None else ref_logp[rows]  # pi_ref (b, T)
-            sampler_logp = batch.sampler_logp[rows]  # (b, T) what the sampler drew each token with
-            weight = tis_weights(old, sampler_logp, cfg.tis_cap) if cfg.tis_cap > 0 else None  # (b, T)
-            kept = off_policy_keep(logp, sampler_logp, A, mask, cfg.off_policy_mask) \
-                if math.isfinite(cfg.off_policy_mask) else None  # (b,)
-            objective = grpo_loss(logp, old, ref, A if kept is None else A * kept, mask, cfg, entropy, weight)
-            if cfg.exact_kl and cfg.kl > 0:  # what the KL term estimates, exactly (a diagnostic)
-                objective.terms["kl_exact"] = exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg)
-            grad_norm = optimizer_step(policy_ddp, opt, objective.loss, cfg.max_grad_norm, stats.n_updates,
-                                       cfg.mu * len(minibatches))
-            update_stats(stats, objective, logp, old, entropy, mask, grad_norm, kept)
+            old_logp = logp.detach() if old_logp is None else old_logp  # (B, T) pi_old: the first update's own
+            old, ref = old_logp[rows], None if ref_logp is None else ref_logp[rows]  # (b, T) pi_old, pi_ref
+            loss = grpo_loss(logp, old, ref, adv[rows], loss_mask[rows], cfg, entropy, batch.sampler_logp[rows])
+            kl_exact = None if not (cfg.exact_kl and cfg.kl > 0) else \
+                exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg)  # a diagnostic: what the KL term estimates
+            grad_norm = optimizer_step(policy_ddp, opt, loss.value, cfg.max_grad_norm, stats.n_updates,
+                                       cfg.mu * len(row_sets))
+            update_stats(stats, loss, logp, old, entropy, loss_mask[rows], grad_norm, kl_exact)
         if epoch == 0:
-            batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask, cfg.group_size)
+            batch_stats(stats, batch, adv, zero_std, old_logp, loss_mask, cfg.group_size)
     return first_batch, stats.result()
+
+
+def first_update_is_pi_old(epoch, row_sets):
+    """A shortcut: until the step's first update the policy *is* pi_old, so when that update
+    sees every row (one minibatch), its own forward gives pi_old's log-probs. A no-grad pass of
+    their own gives the same numbers, bit for bit, and costs a forward of the whole batch:
+    10-16% of a default step (mu 2, K 1)."""
+    return epoch == 0 and len(row_sets) == 1
 
 
 # ---------------------------------------------------------------- 1. advantages
@@ -124,13 +125,59 @@ def group_advantages(rewards, G, norm="group", eps=1e-4):
 
 # ---------------------------------------------------------------- 2. log-probs
 
+def token_logprobs_reference(model, tokens, mask, loss_mask, temperature=1.0, support=None):
+    """log pi(target | prefix) and the entropy there, for the targets in loss_mask, the textbook way.
+
+    tokens, mask (B, L). The model reads tokens[:, :-1] and predicts the targets
+    tokens[:, 1:]; loss_mask (B, T = L - 1), made once in rollouts.py, marks the targets that
+    are completion tokens. Returns logp, entropy (B, T), zero outside loss_mask.
+    token_logprobs gives the same numbers fast; this is what it computes.
+    """
+    logp_all = vocab_logprobs(model, tokens, mask, loss_mask, temperature, support)  # (n, V)
+    logp = logp_all.gather(-1, tokens[:, 1:][loss_mask][:, None])[:, 0]  # (n,) the sampled token's
+    entropy = -(logp_all.exp() * logp_all.nan_to_num(neginf=0.0)).sum(-1)  # (n,) 0 log 0 = 0 off the support
+    zeros = logp.new_zeros(loss_mask.shape)  # (B, T)
+    return zeros.masked_scatter(loss_mask, logp), zeros.masked_scatter(loss_mask, entropy)
+
+
+def vocab_logprobs(model, tokens, mask, loss_mask, temperature=1.0, support=None):
+    """(n, V) log pi(v | prefix) of every token v of the vocabulary at the n completion
+    positions of loss_mask: log_softmax(logits / temperature). support (B, T, V) bool,
+    DeepSeek-V3.2's "keep sampling mask": only the tokens top-k / top-p left at sampling
+    time (the rest -inf), the distribution the sampler really drew from."""
+    h = model(tokens[:, :-1], mask[:, :-1], hidden=True)[loss_mask]  # (n, d) completion positions only
+    logits = h @ model.lm_head_weight.t() / temperature  # (n, V)
+    if support is not None:
+        logits = logits.masked_fill(~support[loss_mask], float("-inf"))
+    return logits.log_softmax(-1)
+
+
+def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, support=None):
+    """token_logprobs_reference's (B, T) logp and entropy, fast: the kernels never make the
+    (n, V) log-softmax (kernels/logprobs.py), and fused=True goes from the hidden states
+    straight to log-probs (kernels/linear_logprobs.py), so not even the (n, V) logits exist.
+    Only completion positions reach the LM head: prompt and padding cost no (V)-sized work.
+    A kept support needs the (n, V) logits, and one byte per logit kept."""
+    h = model(tokens[:, :-1], mask[:, :-1], hidden=True)  # (B, T, d)
+    h, targets = h[loss_mask], tokens[:, 1:][loss_mask]  # (n, d), (n,): completion positions only
+    if support is not None:
+        logits = (h @ model.lm_head_weight.t()).masked_fill(~support[loss_mask], float("-inf"))  # (n, V)
+        logp, ent = token_logprobs_and_entropy(logits, targets, temperature)
+    elif fused:
+        logp, ent = linear_logprobs_and_entropy(h, model.lm_head_weight, targets, temperature)
+    else:
+        logp, ent = token_logprobs_and_entropy(h @ model.lm_head_weight.t(), targets, temperature)  # (n, V) logits
+    zeros = logp.new_zeros(loss_mask.shape)  # (B, T)
+    return zeros.masked_scatter(loss_mask, logp), zeros.masked_scatter(loss_mask, ent)
+
+
 def batch_logprobs(model, batch, rows, loss_mask, cfg):
     """(b, T) log-probs and entropies of some rows of a batch under model (pi_theta, pi_old or
-    pi_ref), as the learner sees them: at the sampler's temperature unless
-    --learner-temperature sets its own, over the sampler's support with --keep-sampling-mask."""
-    T = cfg.temperature if cfg.learner_temperature is None else cfg.learner_temperature
+    pi_ref), as the learner sees them: at learner_temperature(cfg), over the sampler's support
+    with --keep-sampling-mask."""
     support = None if batch.support is None else batch.support[rows]
-    return token_logprobs(model, batch.tokens[rows], batch.mask[rows], loss_mask[rows], T, cfg.fused_head, support)
+    return token_logprobs(model, batch.tokens[rows], batch.mask[rows], loss_mask[rows], learner_temperature(cfg),
+                          cfg.fused_head, support)
 
 
 @torch.no_grad()
@@ -139,55 +186,42 @@ def logprobs_no_grad(model, batch, loss_mask, cfg):
     return batch_logprobs(model, batch, torch.arange(batch.tokens.shape[0]), loss_mask, cfg)[0]
 
 
-def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, support=None):
-    """log pi(target | prefix) and the entropy there, for the targets in loss_mask.
-
-    tokens, mask (B, L). The model reads tokens[:, :-1] and predicts the targets
-    tokens[:, 1:]; loss_mask (B, T = L - 1), made once in rollouts.py, marks the targets that
-    are completion tokens. Returns logp, entropy (B, T), zero outside loss_mask. Only those
-    rows reach the LM head: prompt and padding positions cost no (V)-sized work at all.
-    Temperature divides the logits. fused=True goes from hidden states straight to
-    log-probs (kernels/linear_logprobs.py), so not even the (n, V) logits exist.
-
-    support (B, T, V) bool, DeepSeek-V3.2's "keep sampling mask": the log-probs are over
-    the tokens top-k / top-p left at sampling time (the rest -inf), the distribution the
-    sampler really drew from. It needs the (n, V) logits, and one byte per logit kept.
-    """
-    h = model(tokens[:, :-1], mask[:, :-1], hidden=True)  # (B, T, d)
-    rows, targets = h[loss_mask], tokens[:, 1:][loss_mask]  # (n, d), (n,): completion positions only
-    if support is not None:
-        logits = (rows @ model.lm_head_weight.t()).masked_fill(~support[loss_mask], float("-inf"))  # (n, V)
-        logp, ent = token_logprobs_and_entropy(logits, targets, temperature)
-    elif fused:
-        logp, ent = linear_logprobs_and_entropy(rows, model.lm_head_weight, targets, temperature)
-    else:
-        logp, ent = token_logprobs_and_entropy(rows @ model.lm_head_weight.t(), targets, temperature)  # (n, V) logits
-    zeros = logp.new_zeros(loss_mask.shape)  # (B, T)
-    return zeros.masked_scatter(loss_mask, logp), zeros.masked_scatter(loss_mask, ent)
+def learner_temperature(cfg):
+    """The temperature of the learner's log-probs: the sampler's, unless --learner-temperature
+    sets its own (the book samples at 0.8 and scores at 1)."""
+    return cfg.temperature if cfg.learner_temperature is None else cfg.learner_temperature
 
 
-# ---------------------------------------------------------------- 3. the objective
+# ---------------------------------------------------------------- 3. the loss
 
-class Objective(NamedTuple):
+class Loss(NamedTuple):
     """What grpo_loss returns: the loss and what the step logs of it (stats.update_stats)."""
-    loss: torch.Tensor          # scalar, to be minimised
-    terms: dict                 # name -> scalar: pg_loss, kl, entropy_bonus, loss
+    value: torch.Tensor         # scalar, to be minimised
+    terms: dict                 # name -> scalar: pg_loss, kl (beta > 0), entropy_bonus (alpha != 0), loss
     ratio: torch.Tensor         # (B, T) per token, (B, 1) per answer: pi_theta / pi_old
     clipped_low: torch.Tensor   # (B, T) or (B, 1) bool: where the objective's clip binds below 1
     clipped_high: torch.Tensor  # ... and above 1
+    kept: torch.Tensor          # (B,) 1 for the answers --off-policy-mask keeps, 0 for those it drops; None when off
 
 
-def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg, entropy=None, token_weight=None):
-    """The GRPO objective, to be minimised, on (B, T) token log-probs -> Objective:
+def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampler_logp=None):
+    """The GRPO loss, to be minimised, on (B, T) token log-probs -> Loss:
 
         loss = -mean( clipped(pi / pi_old) * A )  +  beta * mean( KL(pi || pi_ref) )  [- alpha * mean(entropy)]
 
-    mask (B, T) marks the completion tokens; adv (B,). token_weight (B, T) scales each
-    token's policy-gradient term (TIS); entropy (B, T) is for the entropy bonus.
+    loss_mask (B, T) marks the completion tokens; adv (B,); entropy (B, T) is for the entropy
+    bonus. sampler_logp (B, T), what the sampler drew each token with, is for the off-policy
+    corrections (section 5): --off-policy-mask drops answers (A = 0), --tis-cap weighs each
+    token's policy-gradient term.
     """
+    beta, alpha = cfg.kl, cfg.entropy_coef  # the flags --kl and --entropy-coef
+    kept = None
+    if math.isfinite(cfg.off_policy_mask):  # DeepSeek-V3.2: drop negative answers far off the sampler
+        kept = off_policy_keep(logp, sampler_logp, adv, loss_mask, cfg.off_policy_mask)  # (B,)
+        adv = adv * kept
     eps_low, eps_high = clip_range(cfg)
     A = adv[:, None]  # (B, 1): every token of a completion shares its advantage
-    ratio = policy_ratio(logp, old_logp, mask, cfg.ratio_level)  # (B, T) or (B, 1)
+    ratio = policy_ratio(logp, old_logp, loss_mask, cfg.ratio_level)  # (B, T) or (B, 1)
     if cfg.objective == "ppo":
         surrogate, low, high = clipped_objective(ratio, A, eps_low, eps_high, cfg.dual_clip)
     elif cfg.objective == "book":
@@ -196,18 +230,20 @@ def grpo_loss(logp, old_logp, ref_logp, adv, mask, cfg, entropy=None, token_weig
         surrogate, low, high = cispo_objective(ratio, A, logp, eps_low, eps_high)
     else:
         raise ValueError(f"unknown objective {cfg.objective!r}")
-    surrogate = surrogate.expand_as(logp) if token_weight is None else surrogate * token_weight  # (B, T)
-    loss = aggregate(-surrogate, mask, cfg.loss_agg, cfg.max_new_tokens)
+    if cfg.tis_cap > 0:  # truncated importance sampling: towards the learner, token by token
+        surrogate = surrogate * tis_weights(old_logp, sampler_logp, cfg.tis_cap)  # (B, T)
+    loss = aggregate(-surrogate.expand_as(logp), loss_mask, cfg.loss_agg, cfg.max_new_tokens)
     terms = {"pg_loss": loss}
-    if cfg.kl > 0:
-        kl = kl_penalty(logp, ref_logp, mask, cfg.kl_estimator, cfg.kl_level, old_logp if cfg.kl_reweight else None)
-        terms["kl"] = aggregate(kl, mask, cfg.loss_agg, cfg.max_new_tokens)  # kl: (B, T) or (B, 1)
-        loss = loss + cfg.kl * terms["kl"]
-    if cfg.entropy_coef != 0:  # entropy bonus (TRL's entropy_coef, verl's entropy_coeff): keep exploring
-        terms["entropy_bonus"] = aggregate(entropy, mask, cfg.loss_agg, cfg.max_new_tokens)
-        loss = loss - cfg.entropy_coef * terms["entropy_bonus"]
+    if beta > 0:
+        kl = kl_penalty(logp, ref_logp, loss_mask, cfg.kl_estimator, cfg.kl_level,
+                        old_logp if cfg.kl_reweight else None)  # (B, T) or (B, 1)
+        terms["kl"] = aggregate(kl, loss_mask, cfg.loss_agg, cfg.max_new_tokens)
+        loss = loss + beta * terms["kl"]
+    if alpha != 0:  # entropy bonus (TRL's entropy_coef, verl's entropy_coeff): keep exploring
+        terms["entropy_bonus"] = aggregate(entropy, loss_mask, cfg.loss_agg, cfg.max_new_tokens)
+        loss = loss - alpha * terms["entropy_bonus"]
     terms["loss"] = loss
-    return Objective(loss, terms, ratio, low, high)
+    return Loss(loss, terms, ratio, low, high, kept)
 
 
 def policy_ratio(logp, old_logp, mask, level="token"):
@@ -226,6 +262,14 @@ def policy_ratio(logp, old_logp, mask, level="token"):
     elif level != "token":
         raise ValueError(f"unknown ratio level {level!r}")
     return safe_exp(log_r)
+
+
+MAX_LOG = 20.0  # a log-ratio is clamped here before exp (e^20 ~ 5e8): exp cannot overflow
+
+
+def safe_exp(log_x):
+    """exp(log_x), log_x clamped at MAX_LOG: a ratio of probabilities that cannot overflow."""
+    return torch.exp(log_x.clamp(max=MAX_LOG))
 
 
 def clip_range(cfg):
@@ -399,7 +443,7 @@ def tis_weights(old_logp, sampler_logp, cap):
 
 
 @torch.no_grad()
-def off_policy_keep(logp, sampler_logp, adv, mask, delta):
+def off_policy_keep(logp, sampler_logp, adv, loss_mask, delta):
     """DeepSeek-V3.2's off-policy sequence masking, `--off-policy-mask DELTA`: drop (weight 0)
     a sequence with a negative advantage whose length-normalised KL from the sampling
     policy exceeds delta,
@@ -409,7 +453,7 @@ def off_policy_keep(logp, sampler_logp, adv, mask, delta):
     (the sampler-side estimate, as in the book's deepseek_v32_style.py). Negative samples
     the policy has already moved far away from teach it mostly noise. (B,) float.
     """
-    kl = sequence_mean(sampler_logp - logp, mask)[:, 0]  # (B,)
+    kl = sequence_mean(sampler_logp - logp, loss_mask)[:, 0]  # (B,)
     return (~((adv < 0) & (kl > delta))).to(logp.dtype)
 
 
@@ -419,17 +463,11 @@ def exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg):
     sampled tokens: KL(pi || pi_ref) = sum_v pi(v) (log pi(v) - log pi_ref(v)) at each
     sampled position (summed over an answer's positions for --kl-level sequence), aggregated
     as the term is. kl_penalty's estimate matches it on samples of pi; on pi_old's, only
-    re-weighted (--kl-reweight). Two no-grad passes with the full logits (--exact-kl: a small vocabulary's)."""
-    T = cfg.temperature if cfg.learner_temperature is None else cfg.learner_temperature
-    m = loss_mask[rows]  # (b, T)
-
-    def logprobs(model):  # (n, V) over the completion positions
-        h = model(batch.tokens[rows][:, :-1], batch.mask[rows][:, :-1], hidden=True)[m]  # (n, d)
-        logits = h @ model.lm_head_weight.t() / T
-        if batch.support is not None:
-            logits = logits.masked_fill(~batch.support[rows][m], float("-inf"))
-        return logits.log_softmax(-1)
-    lp, ref = logprobs(policy), logprobs(ref_policy)
+    re-weighted (--kl-reweight). A statistic (stats.update_stats logs it as kl_exact), from
+    two no-grad passes with the full logits (--exact-kl: a small vocabulary's)."""
+    m, support = loss_mask[rows], None if batch.support is None else batch.support[rows]  # (b, T), (b, T, V)
+    lp, ref = (vocab_logprobs(model, batch.tokens[rows], batch.mask[rows], m, learner_temperature(cfg), support)
+               for model in (policy, ref_policy))  # (n, V) each
     per_token = (lp.exp() * (lp - ref).nan_to_num(0.0)).sum(-1)  # (n,): -inf - -inf outside a kept support
     kl = lp.new_zeros(m.shape).masked_scatter(m, per_token)  # (b, T)
     if cfg.kl_level == "sequence":

@@ -33,7 +33,7 @@ Panel groups (`--panels`, default all; `kl`, `sampler` and `runaway` are skipped
     sampler   the learner's entropy beside the sampler's, and the sampler-learner gap: its mean
               and largest, KL(sampler || learner) by k1 and k3, the chi^2 and the effective
               sample size of the importance weights, the two log-probs' correlation
-    runaway   pg_k1 (grpo.pg_as_k1), which turns positive before the learner's entropy rises
+    runaway   pg_k1 (stats.pg_as_k1), which turns positive before the learner's entropy rises
               (EXPERIMENTS.md, lesson 4), the two entropies, the lengths of the right
               and the wrong answers, and the share of answers cut at the token cap
 `--metrics a,b+c` instead draws one figure with one subplot per name (`b+c`: both keys in one).

@@ -153,8 +153,8 @@ def minibatch_rows(B, G, K):
             for part in torch.arange(B // G).tensor_split(min(K, B // G))]
 
 
-def zero_variance_groups(rewards, G):
-    """(n_groups,) bool: every completion of the group got the same reward (no signal)."""
+def zero_std_groups(rewards, G):
+    """(n_groups,) bool: every completion of the group got the same reward (zero std: no signal)."""
     r = rewards.view(-1, G)
     return (r == r[:, :1]).all(1)
 
@@ -163,16 +163,16 @@ def sample_batch(policy, enc, next_problems, n_prompts, cfg, generator):
     """Rollouts for n_prompts prompts (under torchrun, this rank's share). With dynamic
     sampling (DAPO), groups without reward variance are dropped and more prompts drawn,
     up to max_sampling_rounds rounds. Returns (Rollouts, (n_groups_sampled,) bool: which
-    of all the groups sampled had no reward variance, kept or not).
+    of all the groups sampled had zero reward std, kept or not).
     """
-    G, parts, kept, zeros = cfg.group_size, [], 0, []
+    G, parts, kept, zero_std_rounds = cfg.group_size, [], 0, []
     for _ in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
         part = rollout(policy, enc, [next_problems() for _ in range(n_prompts)], cfg, generator)
-        zero = zero_variance_groups(part.rewards["total"], G)
-        zeros.append(zero)
+        zero_std = zero_std_groups(part.rewards["total"], G)  # (n_prompts,)
+        zero_std_rounds.append(zero_std)
         if not cfg.dynamic_sampling:
-            return part, zero
-        keep = ~zero & (torch.cumsum((~zero).long(), 0) <= n_prompts - kept)  # fill, no more
+            return part, zero_std
+        keep = ~zero_std & (torch.cumsum((~zero_std).long(), 0) <= n_prompts - kept)  # fill, no more
         if keep.any():
             parts.append(take_rows(part, group_rows(keep, G)))
             kept += int(keep.sum())
@@ -180,4 +180,4 @@ def sample_batch(policy, enc, next_problems, n_prompts, cfg, generator):
             break
     # Out of rounds: train on what was kept (a smaller batch); if nothing, on the last
     # round as sampled (all advantages are zero then, only the KL term acts).
-    return concat_rollouts(parts or [part]), torch.cat(zeros)
+    return concat_rollouts(parts or [part]), torch.cat(zero_std_rounds)

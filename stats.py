@@ -18,27 +18,19 @@ import torch
 
 from distributed import all_max, all_sum
 
-MAX_LOG = 20.0  # a log-ratio is clamped here before exp (e^20 ~ 5e8): exp cannot overflow
-
-
-def safe_exp(log_x):
-    """exp(log_x), log_x clamped at MAX_LOG: a ratio of probabilities that cannot overflow."""
-    return torch.exp(log_x.clamp(max=MAX_LOG))
-
-
 @torch.no_grad()
-def update_stats(stats, objective, logp, old_logp, entropy, mask, grad_norm, kept=None):
+def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_exact=None):
     """Record one update: the loss terms, the gradient norm, the learner's entropy, and how
     far the policy has drifted from the one that sampled: the ratio's mean / min / max, the
     share of tokens where each side of the objective's clip binds (clip_frac: either), the
-    approximate KL to pi_old (verl's ppo_kl: mean of old_logp - logp), and with off-policy
-    masking the share of answers it dropped. objective: grpo.Objective; the rest (b, T)
-    but kept (b,), as grpo_step holds them."""
-    for name, value in objective.terms.items():
+    approximate KL to pi_old (verl's ppo_kl: mean of old_logp - logp), with off-policy
+    masking the share of answers it dropped, and with --exact-kl the KL term's exact value
+    (grpo.exact_kl). loss: grpo.Loss; the rest (b, T), as grpo_step holds them."""
+    for name, value in loss.terms.items():
         stats.mean(name, value)
     stats.mean("grad_norm", grad_norm)
-    m, r = mask.bool(), objective.ratio.expand_as(logp)  # (B, T) each
-    low, high = objective.clipped_low.expand_as(m), objective.clipped_high.expand_as(m)  # (B, T) each
+    m, r = loss_mask.bool(), loss.ratio.expand_as(logp)  # (B, T) each
+    low, high = loss.clipped_low.expand_as(m), loss.clipped_high.expand_as(m)  # (B, T) each
     stats.mean("ratio_mean", r, m)
     stats.min("ratio_min", r, m, default=1.0)
     stats.max("ratio_max", r, m, default=1.0)
@@ -47,23 +39,25 @@ def update_stats(stats, objective, logp, old_logp, entropy, mask, grad_norm, kep
     stats.mean("clip_frac", low | high, m)
     stats.mean("ppo_kl", old_logp - logp, m)
     stats.mean("entropy", entropy, m)
-    if kept is not None:
-        stats.mean("off_policy_masked_frac", 1 - kept)
+    if loss.kept is not None:
+        stats.mean("off_policy_masked_frac", 1 - loss.kept)
+    if kl_exact is not None:
+        stats.mean("kl_exact", kl_exact)
 
 
 @torch.no_grad()
-def batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask, G):
+def batch_stats(stats, batch, adv, zero_std, old_logp, loss_mask, G):
     """Record a sampled batch (rollouts.Rollouts) of groups of G: rewards (every term
     rewards.score returns), advantages, lengths (of the right and the wrong answers too),
-    zero-variance groups, and the sampler-learner gap with what the policy gradient makes
-    of it (pg_k1). adv (B,), zero_std_groups (n_groups sampled, dynamic sampling's dropped
-    ones too), old_logp and loss_mask (B, T)."""
+    the groups whose rewards are all equal (zero std: no signal), and the sampler-learner gap
+    with what the policy gradient makes of it (pg_k1). adv (B,), zero_std (n_groups sampled,
+    dynamic sampling's dropped ones too), old_logp and loss_mask (B, T)."""
     for name, r in batch.rewards.items():
         stats.mean("reward" if name == "total" else "reward_" + name, r)
     stats.std("reward_std", batch.rewards["total"])
     stats.mean("adv_mean", adv)
     stats.std("adv_std", adv)
-    stats.mean("zero_std_frac", zero_std_groups)
+    stats.mean("zero_std_frac", zero_std)
     r = batch.rewards["total"].view(-1, G)  # (n_groups, G)
     stats.count("signal_groups", (r != r[:, :1]).any(1))  # the trained groups whose advantages are not all 0
     # how much of the advantage the correctness reward still sets, beside a dense term (GDPO)
@@ -82,7 +76,7 @@ def batch_stats(stats, batch, adv, zero_std_groups, old_logp, loss_mask, G):
     # learner's is "entropy"): a learner that flattens while the sampler hides it.
     m = loss_mask.bool()
     gap = old_logp - batch.sampler_logp  # (B, T) log w, w = pi_old / pi_sampler of each sampled token
-    w = safe_exp(gap)  # (B, T) the TIS weight before its cap
+    w = gap.exp()  # (B, T) the TIS weight before its cap (the sampler drew the token: w < 1 / pi_sampler)
     stats.mean("sampler_gap", gap.abs(), m)
     stats.min("tis_weight_min", w, m, default=1.0)
     stats.mean("tis_weight_mean", w, m, default=1.0)
@@ -141,7 +135,7 @@ class StepStats:
     def __init__(self):
         self.n_updates = 0  # updates recorded so far; a statistic is kept per update
         self.sums = {}  # (name, update) -> (kind, float64 tensor of parts, default if no rank has any)
-        #              kind: "mean", "std", "count", or ("ratio", min_mean_den)
+        #              kind: "mean", "std", "count", "ess", "corr", or ("ratio", min_mean_den)
         self.maxima = {}  # name -> (sign, this rank's max so far as a 0-d float64 tensor, default)
 
     def next_update(self):
@@ -171,7 +165,7 @@ class StepStats:
     def ess(self, name, log_w):
         """The effective sample size of weights w = exp(log_w) (1-d), as a fraction of their
         number: (sum w)^2 / (n sum w^2), 1 when all are equal, 1/n when one dominates."""
-        w = safe_exp(torch.as_tensor(log_w).detach().double())
+        w = torch.as_tensor(log_w).detach().double().exp()  # in float64, exp overflows only past 709 nats
         self._add(name, "ess", [w.sum(), (w * w).sum(), w.numel()], None)
 
     def corr(self, name, x, y, mask):

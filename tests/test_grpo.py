@@ -218,13 +218,13 @@ def test_aggregation_modes_match_hand_formulas():
     assert aggregate(loss, mask, "constant", max_len=40).item() == pytest.approx(sum(tok) / (5 * 40), rel=1e-5)
 
 
-def loss_and_stats(logp, old, ref, adv, mask, cfg, entropy=None, weight=None):
+def loss_and_stats(logp, old, ref, adv, mask, cfg, entropy=None, sampler_logp=None):
     """grpo_loss and the ratio statistics that grpo_step logs with it."""
-    objective = grpo_loss(logp, old, ref, adv, mask, cfg, entropy, weight)
+    loss = grpo_loss(logp, old, ref, adv, mask, cfg, entropy, sampler_logp)
     stats = StepStats()
     no_entropy = torch.zeros_like(logp) if entropy is None else entropy
-    update_stats(stats, objective, logp, old, no_entropy, mask, torch.tensor(1.0))
-    return objective.loss, {**objective.terms, **{k: torch.tensor(v) for k, v in stats.result().items()}}
+    update_stats(stats, loss, logp, old, no_entropy, mask, torch.tensor(1.0))
+    return loss.value, {**loss.terms, **{k: torch.tensor(v) for k, v in stats.result().items()}}
 
 
 def loss_inputs(seed=0, B=6, T=10):
@@ -243,20 +243,20 @@ def loss_inputs(seed=0, B=6, T=10):
                                 dict(objective="cispo", clip_high=0.28), dict(loss_agg="token_mean"),
                                 dict(loss_agg="constant", dual_clip=3.0), dict(entropy_coef=0.1),
                                 dict(kl=0.1, kl_reweight=True), dict(kl=0.1, kl_reweight=True, kl_level="sequence"),
-                                dict(tis_cap=2.0)])
+                                dict(tis_cap=2.0), dict(off_policy_mask=0.05)])
 def test_prompt_and_padding_never_contribute(kw):
     cfg = GRPOConfig(**kw)
     logp, old, ref, adv, mask = loss_inputs()
     entropy = torch.rand(logp.shape, generator=torch.Generator().manual_seed(5))
-    weight = grpo.tis_weights(old, old - 0.5 * torch.rand(logp.shape), cfg.tis_cap)  # sampler != learner
-    loss, stats = loss_and_stats(logp, old, ref, adv, mask, cfg, entropy, weight)
+    sampler = old - 0.5 * torch.rand(logp.shape)  # sampler != learner: TIS weights other than 1
+    loss, stats = loss_and_stats(logp, old, ref, adv, mask, cfg, entropy, sampler)
     loss.backward()
     assert (logp.grad[~mask] == 0).all() and (logp.grad[mask] != 0).any()
     logp2 = logp.detach().clone()
     logp2[~mask] = torch.randn(int((~mask).sum())) * 10  # change only prompt / padding positions
-    old2, ref2, entropy2, weight2 = old.clone(), ref.clone(), entropy.clone(), weight.clone()
-    old2[~mask], ref2[~mask], entropy2[~mask], weight2[~mask] = 5.0, -7.0, 9.0, 3.0
-    loss2, stats2 = loss_and_stats(logp2, old2, ref2, adv, mask, cfg, entropy2, weight2)
+    old2, ref2, entropy2, sampler2 = old.clone(), ref.clone(), entropy.clone(), sampler.clone()
+    old2[~mask], ref2[~mask], entropy2[~mask], sampler2[~mask] = 5.0, -7.0, 9.0, 3.0
+    loss2, stats2 = loss_and_stats(logp2, old2, ref2, adv, mask, cfg, entropy2, sampler2)
     assert loss2.item() == pytest.approx(loss.item(), rel=1e-6)
     for k in stats:
         assert stats2[k].item() == pytest.approx(stats[k].item(), rel=1e-6), k
@@ -280,9 +280,9 @@ def test_clip_fraction_counts_the_clipped_side():
     assert s["clip_frac"].item() == 0.0
 
 
-def test_zero_variance_groups():
+def test_zero_std_groups():
     r = torch.tensor([1.0, 1, 0, 1, 0, 0, 0, 0, 2, 2, 2, 2])
-    assert rollouts.zero_variance_groups(r, 4).tolist() == [False, True, True]
+    assert rollouts.zero_std_groups(r, 4).tolist() == [False, True, True]
 
 
 # ---------------------------------------------------------------- with a model
@@ -295,7 +295,7 @@ def test_dynamic_sampling_keeps_only_groups_with_variance(enc, tiny_model, digit
     batch, zero = rollouts.sample_batch(model, enc, lambda: next(stream), 8, cfg, torch.Generator().manual_seed(0))
     B = len(batch.rewards["total"])
     assert B % 4 == 0 and B <= 32
-    assert not rollouts.zero_variance_groups(batch.rewards["total"], 4).any()
+    assert not rollouts.zero_std_groups(batch.rewards["total"], 4).any()
     assert zero.any() and len(zero) > 8 and len(zero) % 8 == 0  # another round was sampled for the dropped groups
     assert batch.tokens.shape[0] == batch.loss_mask.shape[0] == len(batch.texts) == len(batch.problems) == B
 

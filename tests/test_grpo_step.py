@@ -146,17 +146,30 @@ def test_sampler_and_learner_describe_the_same_distribution(enc):
 
 
 @pytest.mark.parametrize("T", [0.7, 1.3])
-def test_fused_and_unfused_logprobs_agree(enc, tiny_model, T):
+def test_the_fast_logprobs_equal_the_textbook_reference(enc, tiny_model, T):
+    """token_logprobs (fused from the hidden states, from the logits, over a kept support) gives
+    token_logprobs_reference's log-probs and entropies, and the same gradients; zero off loss_mask."""
     model = tiny_model()
     g = torch.Generator().manual_seed(3)
     tokens = torch.randint(0, enc.n_vocab, (5, 12), generator=g)
     mask = torch.rand(5, 12, generator=g) > 0.2
     loss_mask = mask[:, 1:] & (torch.arange(11) >= 4)
-    a = grpo.token_logprobs(model, tokens, mask, loss_mask, T, fused=True)
-    b = grpo.token_logprobs(model, tokens, mask, loss_mask, T, fused=False)
-    for x, y in zip(a, b):
-        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
-        assert (x[~loss_mask] == 0).all()
+    support = torch.rand(5, 11, enc.n_vocab, generator=g) > 0.5  # what top-k / top-p would have kept ...
+    support |= torch.nn.functional.one_hot(tokens[:, 1:], enc.n_vocab).bool()  # ... always with the drawn token
+    w = torch.rand(5, 11, generator=g)  # a loss of both outputs, for the gradients
+
+    def run(fn, **kw):
+        model.zero_grad()
+        logp, entropy = fn(model, tokens, mask, loss_mask, T, **kw)
+        ((logp + entropy) * w).sum().backward()
+        return logp.detach(), entropy.detach(), torch.cat([p.grad.flatten() for p in model.parameters()])
+    for fast, reference in [(dict(fused=True), {}), (dict(fused=False), {}),
+                            (dict(support=support), dict(support=support))]:
+        got, want = run(grpo.token_logprobs, **fast), run(grpo.token_logprobs_reference, **reference)
+        for x, y in zip(got, want):
+            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+        assert (got[0][~loss_mask] == 0).all() and (got[1][~loss_mask] == 0).all()
+        assert (got[0][loss_mask] != 0).all()
 
 
 def test_rollout_sampler_logp_equals_learner_logp_without_truncation(enc, tiny_model):
@@ -181,16 +194,16 @@ def test_logged_statistics_ignore_padding_columns():
     g = torch.Generator().manual_seed(0)
     logp, old = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
     adv, mask = torch.randn(4, generator=g), torch.rand(4, 6, generator=g) > 0.3
-    cfg = GRPOConfig(clip=0.1)
+    cfg = GRPOConfig(clip=0.1, off_policy_mask=100.0)  # a mask that keeps every answer, logging that it did
     a = StepStats()
-    stats.update_stats(a, grpo.grpo_loss(logp, old, None, adv, mask, cfg), logp, old, torch.zeros_like(logp), mask,
-                       torch.tensor(1.0), kept=torch.ones(4))
+    stats.update_stats(a, grpo.grpo_loss(logp, old, None, adv, mask, cfg, sampler_logp=old), logp, old,
+                       torch.zeros_like(logp), mask, torch.tensor(1.0))
     a = a.result()
     pad = lambda x, v: torch.cat([x, torch.full((4, 3), v, dtype=x.dtype)], 1)  # noqa: E731  3 padding columns
     logp2, old2, mask2 = pad(logp, 5.0), pad(old, -5.0), pad(mask, False)
     b = StepStats()
-    stats.update_stats(b, grpo.grpo_loss(logp2, old2, None, adv, mask2, cfg), logp2, old2, torch.zeros_like(logp2),
-                       mask2, torch.tensor(1.0), kept=torch.ones(4))
+    stats.update_stats(b, grpo.grpo_loss(logp2, old2, None, adv, mask2, cfg, sampler_logp=old2), logp2, old2,
+                       torch.zeros_like(logp2), mask2, torch.tensor(1.0))
     b = b.result()
     assert a["clip_frac"] > 0
     for k in a:

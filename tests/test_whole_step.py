@@ -41,7 +41,7 @@ class Update:
     policy: object        # a copy of pi_theta as the update found it (before its optimizer step)
     logp: torch.Tensor    # (b, T) pi_theta's log-probs, as the loss saw them
     old: torch.Tensor = None   # (b, T) what grpo_loss received as pi_old's log-probs
-    adv: torch.Tensor = None   # (b,) and as advantages (after the off-policy mask)
+    adv: torch.Tensor = None   # (b,) and as advantages (before the off-policy mask, which grpo_loss applies)
     grad: torch.Tensor = None  # (b, T) d loss / d logp_t: each token's weight in the update
     entropy_grad: torch.Tensor = None  # (b, T) d loss / d entropy_t (None: no gradient reached it)
 
@@ -72,9 +72,9 @@ def run(model, enc, cfg, ref=None, n_prompts=6, seed=1, opt=None):
         updates.append(u)
         return logp, ent
 
-    def grpo_loss(logp, old, ref_logp, adv, mask, c, entropy=None, token_weight=None):
+    def grpo_loss(logp, old, ref_logp, adv, loss_mask, c, entropy=None, sampler_logp=None):
         updates[-1].old, updates[-1].adv = old.detach().clone(), adv.clone()
-        return real_loss(logp, old, ref_logp, adv, mask, c, entropy, token_weight)
+        return real_loss(logp, old, ref_logp, adv, loss_mask, c, entropy, sampler_logp)
 
     stream = tasks.problems("easy", seed)
 
