@@ -1,14 +1,18 @@
-"""Every GRPO setting in one place: `GRPOConfig` (its fields are train.py's flags) and RECIPES.
+"""What a GRPO step reads, in one place: `GRPOConfig` (its fields are train.py's flags) and RECIPES.
 
     python train.py --help                       # the flags, grouped as below, with these defaults
     python train.py --recipe dapo --print-config # a recipe's resolved flags, without training
 
-A field's default here is its only default: train.py makes `--field-name` from it (`knob`),
+A field's default here is its only default: cli.py makes `--field-name` from it (`knob`),
 so edit a value and `python train.py` follows. grpo.py reads the fields as `cfg.<name>`;
 nothing else in this file runs, so importing it has no side effects. (`grpo.GRPOConfig` and
 `grpo.RECIPES` still name these.)
 
-A recipe is a named set of flags (`--recipe NAME`; flags typed explicitly still win). Each
+The run's own settings (how many prompts a step, how often to evaluate, where to save) are
+cli.py's flags, not fields here: grpo_step is handed them as arguments, if at all.
+
+A recipe is a named set of flags (`--recipe NAME`; flags typed explicitly still win), of both
+kinds: a recipe may set prompts_per_step or eval_every too. Each
 cites the paper or the book's script its values come from; where a value departs from the
 source, the comment beside it says so and why (mostly: our scale, 16 prompts x 8 answers of
 40 tokens on one CPU thread). The README's recipe table sets the two side by side.
@@ -17,7 +21,7 @@ from dataclasses import dataclass, field
 
 
 def knob(group, default, help, choices=None, type=None):
-    """A GRPOConfig field and its command-line flag: train.py makes `--field-name` from it, so
+    """A GRPOConfig field and its command-line flag: cli.py makes `--field-name` from it, so
     the default here is the only one."""
     return field(default=default, metadata={"group": group, "help": help, "choices": choices, "type": type})
 
@@ -84,7 +88,7 @@ class GRPOConfig:
     max_grad_norm: float = knob("optimisation", 1.0, "gradient clipping")
 
 
-# name -> flags: GRPOConfig fields, and train.py's own where a recipe needs them (prompts_per_step; the
+# name -> flags: GRPOConfig fields, and cli.py's run flags where a recipe needs them (prompts_per_step; the
 # book_qwen3 recipes also set its evaluation: eval_every, eval_size, eval_fallback, chat_template). Each follows
 # the paper or book script named above it, value by value; at our scale every one departs in the same ways
 # (README, "Recipes": lr 1e-4 with Adam, 8 answers of at most 40 tokens), and any other departure is named.

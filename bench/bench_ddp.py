@@ -49,6 +49,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import grpo  # noqa: E402
 import tasks  # noqa: E402
+import cli  # noqa: E402
 import train  # noqa: E402
 
 # name -> (row label, processes, threads per process, environment, extra train.py flags)
@@ -156,9 +157,9 @@ def training_flops(cfg, B, L, n_completion, grpo_cfg):
 
 def table_flops(n_steps):
     torch.set_num_threads(1)
-    args = train.get_parser().parse_args([])
-    model, enc, _ = train.load_init(args)
-    cfg = train.grpo_config(args)
+    args = cli.get_parser().parse_args([])
+    model, enc, _ = cli.load_init(args.init)
+    cfg = cli.grpo_config(args)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     real_sample, timings = grpo.sample_batch, []
 

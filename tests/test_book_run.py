@@ -11,6 +11,7 @@ import torch
 import qwen3
 import rewards
 import tasks
+import cli
 import train
 from grpo import GRPOConfig
 from model import CheckpointError
@@ -39,7 +40,7 @@ def book(tmp_path_factory):
 
 def book_args(book, tmp_path, *extra):
     folder, data, test = book
-    return train.get_parser().parse_args(
+    return cli.get_parser().parse_args(
         ["--model", folder, "--task", "math", "--data", data, "--eval-data", test, "--runs-dir", str(tmp_path),
          "--run-name", "r", "--prompts-per-step", "2", "--group-size", "4", "--max-new-tokens", "6",
          "--temperature", "0.8", "--top-p", "0.9", "--eval-every", "2", "--threads", "1", *extra])
@@ -141,14 +142,14 @@ def test_bad_input_is_one_line_and_leaves_no_run(book, tmp_path):
                           (["--grad-checkpoint"], "--grad-checkpoint is for --model"),
                           (["--chat-template"], "--chat-template is for --model")]:
         with pytest.raises(ValueError, match=message):
-            args = train.get_parser().parse_args(argv)
-            train.check_args(args)
-            train.check_book_args(args)
+            args = cli.get_parser().parse_args(argv)
+            cli.check_args(args)
+            cli.check_book_args(args)
 
 
 def test_a_run_saved_before_these_flags_still_resumes(tiny_warm, tmp_path):
     """ckpt_latest.pt of an older run has no --model, --task, ... in its args: their defaults apply."""
-    args = train.get_parser().parse_args(["--init", tiny_warm[0], "--runs-dir", str(tmp_path), "--run-name", "old",
+    args = cli.get_parser().parse_args(["--init", tiny_warm[0], "--runs-dir", str(tmp_path), "--run-name", "old",
                                           "--level", "easy", "--prompts-per-step", "2", "--group-size", "2",
                                           "--max-new-tokens", "8", "--eval-size", "4", "--steps", "1",
                                           "--threads", "1"])
@@ -158,5 +159,5 @@ def test_a_run_saved_before_these_flags_still_resumes(tiny_warm, tmp_path):
     for new in ("model", "dtype", "grad_checkpoint", "task", "data", "eval_data", "eval_batch_size"):
         del ckpt["args"][new]
     torch.save(ckpt, path)
-    train.main(train.get_parser().parse_args(["--resume", run_dir, "--steps", "2", "--threads", "1"]))
+    train.main(cli.get_parser().parse_args(["--resume", run_dir, "--steps", "2", "--threads", "1"]))
     assert [json.loads(line)["step"] for line in open(os.path.join(run_dir, "metrics.jsonl"))] == [0, 1, 2]

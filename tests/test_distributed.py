@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import distributed
+import cli
 import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,9 +131,9 @@ def test_two_rank_run_logs_once_per_step_and_resumes_exactly(tiny_warm, tmp_path
 def test_a_batch_that_does_not_split_over_the_ranks_is_refused(monkeypatch):
     monkeypatch.setattr(distributed, "world", lambda: 2)
     with pytest.raises(ValueError, match="does not split over 2 processes"):
-        train.check_args(train.get_parser().parse_args(["--prompts-per-step", "3"]))
+        cli.check_args(cli.get_parser().parse_args(["--prompts-per-step", "3"]))
     with pytest.raises(ValueError, match="minibatch holds whole groups"):
-        train.check_args(train.get_parser().parse_args(["--prompts-per-step", "4", "--minibatches", "3"]))
+        cli.check_args(cli.get_parser().parse_args(["--prompts-per-step", "4", "--minibatches", "3"]))
 
 
 def test_sft_runs_under_two_ranks(tmp_path):

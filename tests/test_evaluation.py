@@ -9,6 +9,7 @@ import torch
 
 import evaluation
 import tasks
+import cli
 import train
 from decoding import Sampled
 from model import load_checkpoint
@@ -71,9 +72,9 @@ def test_a_run_logs_the_sampled_accuracy_at_each_evaluation_and_repeats_it_on_re
     argv = ["--init", tiny_warm[0], "--runs-dir", str(tmp_path), "--level", "easy", "--prompts-per-step", "4",
             "--group-size", "4", "--max-new-tokens", "16", "--eval-size", "32", "--eval-every", "2",
             "--threads", "1", "--eval-sampled", "--top-p", "0.9"]
-    whole = train.main(train.get_parser().parse_args([*argv, "--run-name", "a", "--steps", "4"]))
-    train.main(train.get_parser().parse_args([*argv, "--run-name", "b", "--steps", "2"]))
-    resumed = train.main(train.get_parser().parse_args(["--resume", str(tmp_path / "b"), "--steps", "4"]))
+    whole = train.main(cli.get_parser().parse_args([*argv, "--run-name", "a", "--steps", "4"]))
+    train.main(cli.get_parser().parse_args([*argv, "--run-name", "b", "--steps", "2"]))
+    resumed = train.main(cli.get_parser().parse_args(["--resume", str(tmp_path / "b"), "--steps", "4"]))
     rows = [[json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))] for d in (whole, resumed)]
     got = [[(r["step"], r["eval_acc"], r["eval_sampled_acc"]) for r in rs if "eval_acc" in r] for rs in rows]
     assert [s for s, _, _ in got[0]] == [0, 2, 4] and got[0] == got[1]

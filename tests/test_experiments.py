@@ -9,19 +9,20 @@ import sys
 
 import pytest
 
+import cli
 import experiments
 import plot
-import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.mark.parametrize("name", list(experiments.EXPERIMENTS))
 def test_every_experiment_parses_as_train_flags(name, capsys):
     cmd = experiments.command(name, 3, "runs/exp")
-    _, args = train.parse_args(cmd[2:])
-    train.check_args(args)  # neither refused nor warned: every flag it types acts
+    _, args = cli.parse_args(cmd[2:])
+    cli.check_args(args)  # neither refused nor warned: every flag it types acts
+    cli.warn_inert_flags(args)
     assert capsys.readouterr().err == ""
-    train.grpo_config(args)
+    cli.grpo_config(args)
     assert args.seed == 3 and args.runs_dir == "runs/exp/" + name and args.run_name == "seed3"
 
 
@@ -215,7 +216,7 @@ def test_each_fix_pair_differs_in_its_own_flags_and_nothing_else(item):
     but for the item's own, so that what moves between them is the item's doing."""
     without, with_ = experiments.LESSONS["fix_" + item][0]
     assert (without, with_) == experiments.FIXES[item][3]
-    a, b = (vars(train.parse_args(experiments.command(n, 0, "runs/exp")[2:])[1]) for n in (without, with_))
+    a, b = (vars(cli.parse_args(experiments.command(n, 0, "runs/exp")[2:])[1]) for n in (without, with_))
     differ = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"runs_dir", "typed_flags"}  # where it ran, what was typed
     own = {"dynamic_sampling": {"dynamic_sampling"}, "token_mean": {"loss_agg"}, "drgrpo": {"loss_agg", "adv_norm"},
            "overlong": {"overlong_cache"}, "keep_mask": {"keep_sampling_mask"}, "tis": {"tis_cap"},

@@ -15,7 +15,7 @@ import torch
 import grpo
 import rollouts
 import tasks
-import train
+import cli
 from grpo import GRPOConfig
 from model import GPT, GPTConfig
 from tokenizer import build_tokenizer
@@ -160,8 +160,9 @@ def test_every_recipe_prints_its_resolved_flags(name, capsys):
     assert resolved["max_grad_norm"] == 0.5  # an explicit flag wins
     for key, value in grpo.RECIPES[name].items():
         assert resolved[key] == value, key
-    _, args = train.parse_args(["--recipe", name, *model])
-    train.check_args(args)  # never refused (a per-answer ratio or KL under token_mean, say), never warned
+    _, args = cli.parse_args(["--recipe", name, *model])
+    cli.check_args(args)  # never refused (a per-answer ratio or KL under token_mean, say), never warned
+    cli.warn_inert_flags(args)
     assert capsys.readouterr().err == ""
 
 
@@ -183,7 +184,7 @@ def test_book_qwen3_format_recipe_prints_the_values_of_the_books_7_6_run():
     as the book gives them (--num_rollouts 8, --temperature 0.8, --top_p 0.9, --clip_eps 10,
     --inner_epochs 1, --kl_coeff 0.0, --format_reward_weight 1.0, no --conditional_reward,
     lr 1e-5), from the reasoning model in its chat template, graded as evaluate_math500_stream."""
-    _, args = train.parse_args(["--recipe", "book_qwen3_format"])  # (--print-config prints them: the test above)
+    _, args = cli.parse_args(["--recipe", "book_qwen3_format"])  # (--print-config prints them: the test above)
     resolved = vars(args)
     book = dict(prompts_per_step=1, group_size=8, max_new_tokens=1024, temperature=0.8, top_p=0.9,
                 learner_temperature=1.0, ratio_level="sequence", objective="book", clip=10.0, mu=1, kl=0.0,
@@ -191,7 +192,7 @@ def test_book_qwen3_format_recipe_prints_the_values_of_the_books_7_6_run():
                 chat_template=True, eval_fallback="number", eval_size=500)
     assert {k: resolved[k] for k in book} == book and resolved["clip_high"] is None
     with pytest.raises(ValueError, match="--chat-template is for --model"):  # the reasoning model's recipe
-        train.check_book_args(args)
+        cli.check_book_args(args)
 
 
 SOURCES = {  # recipe -> the values its source gives, typed here from the source (not read from RECIPES)
@@ -226,7 +227,7 @@ SOURCES = {  # recipe -> the values its source gives, typed here from the source
 
 @pytest.mark.parametrize("name", list(SOURCES))
 def test_each_recipe_resolves_to_the_values_of_its_source(name):
-    _, args = train.parse_args(["--recipe", name])
+    _, args = cli.parse_args(["--recipe", name])
     assert {k: getattr(args, k) for k in SOURCES[name]} == SOURCES[name]
 
 
@@ -241,5 +242,5 @@ def test_config_imports_alone_without_side_effects_and_the_old_paths_still_work(
 
 
 def test_explicit_flag_overrides_the_recipe():
-    _, args = train.parse_args(["--recipe", "dapo", "--clip-high", "0.4", "--no-dynamic-sampling"])
+    _, args = cli.parse_args(["--recipe", "dapo", "--clip-high", "0.4", "--no-dynamic-sampling"])
     assert args.clip_high == 0.4 and args.dynamic_sampling is False and args.loss_agg == "token_mean"

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 import tasks
-import train
+import cli
 from evaluation import evaluate
 from model import load_checkpoint
 from tokenizer import build_tokenizer
@@ -39,9 +39,9 @@ def test_a_shipped_file_is_the_one_its_checksum_names(name):
 
 
 def test_train_starts_from_the_shipped_warm_start_as_the_readme_says():
-    args = train.get_parser().parse_args([])
+    args = cli.get_parser().parse_args([])
     assert os.path.abspath(args.init) == SHIPPED
-    model, enc, ckpt = train.load_init(args)  # no build: the file is there
+    model, enc, ckpt = cli.load_init(args.init)  # no build: the file is there
     assert enc.n_vocab == model.cfg.vocab_size == 287 and model.cfg.n_layer == 2 and model.cfg.d_model == 128
     ev = held_out_accuracy(SHIPPED)
     # the README's numbers: greedy 34.8%, never reasoning; a near-tie argmax may flip on another CPU

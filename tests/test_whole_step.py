@@ -864,8 +864,9 @@ def test_max_grad_norm_caps_the_norm_of_the_update(warm_policy, table, max_norm)
 def test_lr_is_the_size_of_adams_first_step(tiny_warm, table, tmp_path):
     """cfg.lr reaches the optimizer train.py builds: Adam's first update moves each weight
     by lr * g / (|g| + 1e-8), so the largest move is lr (not Adam's default 1e-3, nor ours)."""
+    import cli
     import train
-    run_dir = train.main(train.get_parser().parse_args([
+    run_dir = train.main(cli.get_parser().parse_args([
         "--init", tiny_warm[0], "--runs-dir", str(tmp_path), "--run-name", "lr", "--level", "easy", "--steps", "1",
         "--prompts-per-step", "6", "--group-size", "4", "--max-new-tokens", "12", "--eval-size", "4", "--mu", "1",
         "--threads", "1", "--lr", "3e-3"]))

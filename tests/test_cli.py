@@ -1,0 +1,122 @@
+"""cli.py: train.py's flags and their checks, as a user meets them: one-line errors with exit 2
+before anything is written, warnings for flags that can do nothing, defaults from GRPOConfig."""
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import cli
+import grpo
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("argv,message", [(["--clip-hgh", "0.3"], "unrecognized arguments"),
+                                          (["--loss-agg", "mean"], "invalid choice"),
+                                          (["--init", "missing.pt"], "checkpoint not found: missing.pt"),
+                                          (["--dual-clip", "3", "--objective", "cispo"], "has no such bound"),
+                                          (["--learner-temperature", "0"], "--learner-temperature must be > 0")])
+def test_cli_errors_are_one_line_without_traceback(argv, message):
+    out = subprocess.run([sys.executable, "train.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def checked(argv, capsys):
+    """check_args and warn_inert_flags on the flags argv resolves to -> what they wrote to stderr
+    (the warnings: check_args only refuses)."""
+    _, args = cli.parse_args(argv)
+    capsys.readouterr()
+    cli.check_args(args)
+    assert capsys.readouterr().err == ""
+    cli.warn_inert_flags(args)
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--ratio-level", "sequence", "--loss-agg", "token_mean"], "--ratio-level sequence gives one term per answer"),
+    (["--ratio-level", "gspo", "--loss-agg", "constant"], "--ratio-level gspo gives one term per answer"),
+    (["--recipe", "dapo", "--ratio-level", "gspo"], "--loss-agg token_mean would weigh by the answer's length"),
+    (["--kl", "0.1", "--kl-level", "sequence", "--loss-agg", "constant"], "--kl-level sequence gives one term"),
+    (["--dual-clip", "3", "--objective", "book"], "--objective book has no such bound"),
+    (["--dual-clip", "3", "--objective", "cispo"], "--objective cispo has no such bound"),
+    (["--dual-clip", "1"], "needs c > 1"), (["--dual-clip", "0.5"], "needs c > 1"), (["--dual-clip", "-2"], "needs c > 1"),
+    (["--keep-sampling-mask"], "neither cuts one"),
+    (["--recipe", "deepseek_v32", "--top-p", "1"], "neither cuts one")])
+def test_contradicting_flags_are_refused_in_one_line(argv, message, capsys):
+    with pytest.raises(ValueError, match=re.escape(message)) as e:
+        checked(argv, capsys)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("argv", [["--ratio-level", "sequence"], ["--ratio-level", "gspo", "--loss-agg", "seq_mean"],
+                                  ["--kl", "0.1", "--kl-level", "sequence"], ["--dual-clip", "3"],
+                                  ["--keep-sampling-mask", "--top-k", "20"], ["--keep-sampling-mask", "--top-p", "0.9"]])
+def test_the_same_flags_where_they_act_pass_silently(argv, capsys):
+    assert checked(argv, capsys) == ""
+
+
+@pytest.mark.parametrize("argv,flag,why", [
+    (["--kl-estimator", "k1"], "--kl-estimator", "without a KL penalty (--kl 0)"),
+    (["--kl-level", "sequence", "--loss-agg", "token_mean"], "--kl-level", "without a KL penalty"),
+    (["--kl-reweight", "--kl", "0"], "--kl-reweight", "without a KL penalty"),
+    (["--resample-epochs", "--mu", "1"], "--resample-epochs", "with one epoch (--mu 1)"),
+    (["--max-sampling-rounds", "5"], "--max-sampling-rounds", "without --dynamic-sampling"),
+    (["--gated"], "--gated", "without a format bonus (--format-weight 0)"),
+    (["--format-check", "book"], "--format-check", "without a format bonus"),
+    (["--task", "math", "--data", "x.json", "--model", "m", "--level", "easy"], "--level", "with --task math"),
+    (["--task", "math", "--data", "x.json", "--model", "m", "--eval-level", "easy"], "--eval-level",
+     "with --task math")])
+def test_a_typed_flag_that_does_nothing_gets_one_warning_line(argv, flag, why, capsys):
+    err = checked(argv, capsys)
+    assert err.startswith(f"train.py: warning: {flag} does nothing") and why in err and err.count("\n") == 1
+
+
+def test_flags_a_recipe_or_a_default_set_never_warn(capsys):
+    """Only typed flags are warned about: the book's recipe sets its KL estimator, then --kl 0 turns the KL off."""
+    for argv in ([], ["--kl", "0"], ["--recipe", "book", "--kl", "0"], ["--recipe", "book", "--kl", "0", "--mu", "1"],
+                 ["--recipe", "olmo3", "--no-dynamic-sampling"], ["--recipe", "gdpo", "--format-weight", "0"]):
+        assert checked(argv, capsys) == "", argv
+    assert "--kl-estimator does nothing" in checked(["--recipe", "book", "--kl", "0", "--kl-estimator", "k3"], capsys)
+
+
+def test_typed_flags_are_the_ones_on_the_command_line():
+    assert cli.typed_flags(["--recipe", "book", "--kl", "0", "--no-gated"]) == ["gated", "kl", "recipe"]
+    assert cli.typed_flags([]) == [] and cli.parse_args(["--mu", "1"])[1].typed_flags == ["mu"]
+
+
+def test_print_config_warns_in_one_line_and_refuses_with_exit_2():
+    run = lambda *argv: subprocess.run([sys.executable, "train.py", *argv, "--print-config"], cwd=ROOT,  # noqa: E731
+                                       capture_output=True, text=True, timeout=120)
+    out = run("--kl-estimator", "k1")
+    assert out.returncode == 0 and out.stderr == "train.py: warning: --kl-estimator does nothing without a KL penalty (--kl 0)\n"
+    assert json.loads(out.stdout)["kl_estimator"] == "k1"  # the run goes on
+    out = run("--keep-sampling-mask")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "error: --keep-sampling-mask" in out.stderr
+
+
+@pytest.mark.parametrize("script", ["train.py", "sft.py", "plot.py"])
+def test_help_works(script):
+    out = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "usage" in out.stdout
+
+
+def test_every_grpo_config_field_is_a_flag_with_its_default():
+    args = cli.get_parser().parse_args([])
+    for f in dataclasses.fields(grpo.GRPOConfig):
+        assert getattr(args, f.name) == f.default, f.name
+    assert cli.grpo_config(args) == grpo.GRPOConfig()
+
+
+def test_editing_a_grpo_config_default_changes_the_flag(monkeypatch):
+    """The dataclass is the one source: argparse reads defaults and choices from it."""
+    monkeypatch.setattr(grpo.GRPOConfig.__dataclass_fields__["group_size"], "default", 5)
+    monkeypatch.setattr(grpo.GRPOConfig.__dataclass_fields__["fused_head"], "default", False)
+    args = cli.get_parser().parse_args([])
+    assert args.group_size == 5 and args.fused_head is False
+    assert cli.get_parser().parse_args(["--fused-head"]).fused_head is True
+    with pytest.raises(SystemExit):  # choices come from the field too
+        cli.get_parser().parse_args(["--adv-norm", "median"])
