@@ -11,6 +11,7 @@ with: the policy and its tokenizer (the small GPT's warm start, or the book's Qw
 """
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -110,8 +111,9 @@ def add_config_flags(ap, config_class):
         if isinstance(f.default, bool):  # --flag / --no-flag
             g.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=meta["help"])
         else:
+            inf = f" (inf: {meta['inf']})" if meta["inf"] else ""  # the words check_finite's error uses
             g.add_argument(flag, type=meta["type"] or type(f.default), default=f.default, choices=meta["choices"],
-                           help=meta["help"])
+                           help=meta["help"] + inf)
 
 
 def parse_args(argv=None):
@@ -144,6 +146,7 @@ def grpo_config(args):
 def check_args(args):
     """One-line errors (ValueError) for flag values argparse cannot check by itself; it prints
     nothing (warn_inert_flags warns)."""
+    check_finite(args)
     tasks.check_level(args.level)
     if args.eval_level is not None:
         tasks.check_level(args.eval_level)
@@ -187,6 +190,16 @@ def check_args(args):
         raise ValueError(f"--eval-batch-size must be >= 1, got {args.eval_batch_size}")
     check_book_args(args)
     refuse_contradictions(args)
+
+
+def check_finite(args):
+    """A float flag given nan, or inf where inf means nothing, is refused: argparse's float()
+    takes both, and either would reach the loss as a NaN at step 1."""
+    for f in fields(config.GRPOConfig):
+        value, inf = getattr(args, f.name), f.metadata["inf"]
+        if isinstance(value, float) and not math.isfinite(value) and not (value == math.inf and inf):
+            can_be = f" or inf ({inf})" if inf else ""
+            raise ValueError(f"--{f.name.replace('_', '-')} must be a finite number{can_be}, got {value}")
 
 
 def warn_inert_flags(args):

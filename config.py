@@ -20,10 +20,12 @@ source, the comment beside it says so and why (mostly: our scale, 16 prompts x 8
 from dataclasses import dataclass, field
 
 
-def knob(group, default, help, choices=None, type=None):
+def knob(group, default, help, choices=None, type=None, inf=None):
     """A GRPOConfig field and its command-line flag: cli.py makes `--field-name` from it, so
-    the default here is the only one."""
-    return field(default=default, metadata={"group": group, "help": help, "choices": choices, "type": type})
+    the default here is the only one. inf: what the value inf means, for a float field where it
+    means something (its help says so; inf anywhere else, and nan anywhere, is refused)."""
+    return field(default=default, metadata={"group": group, "help": help, "choices": choices, "type": type,
+                                            "inf": inf})
 
 
 @dataclass
@@ -59,8 +61,9 @@ class GRPOConfig:
     minibatches: int = knob("objective", 1, "K: optimizer steps per epoch, each on 1/K of the groups (K * mu per step)")
     resample_epochs: bool = knob("objective", False, "each epoch after the first samples fresh answers to the same "
                                  "prompts from a frozen copy of pi_old (the book's --inner_epochs)")
-    clip: float = knob("objective", 0.2, "eps_low of the clipped ratio ('inf': no clipping)")
-    clip_high: float = knob("objective", None, "eps_high (DAPO clip-higher); default: --clip", type=float)
+    clip: float = knob("objective", 0.2, "eps_low of the clipped ratio", inf="no clipping")
+    clip_high: float = knob("objective", None, "eps_high (DAPO clip-higher); default: --clip", type=float,
+                            inf="no clipping above")
     dual_clip: float = knob("objective", 0.0, "dual-clip constant c > 1 for negative advantages (0: off)")
     objective: str = knob("objective", "ppo", "PPO's clipped surrogate, CISPO's clipped weights, or the book's "
                           "torch.where form", ["ppo", "cispo", "book"])
@@ -77,15 +80,15 @@ class GRPOConfig:
     fused_head: bool = knob("objective", True, "log-probs straight from hidden states (never the logits)")
     # off-policy corrections
     tis_cap: float = knob("off-policy corrections", 0.0, "C: truncated importance sampling, weight each token by "
-                          "min(pi_old / pi_sampler, C) (0: off)")
+                          "min(pi_old / pi_sampler, C) (0: off)", inf="no cap")
     keep_sampling_mask: bool = knob("off-policy corrections", False, "log-probs over the support top-k / top-p "
                                     "sampled from (DeepSeek-V3.2)")
     off_policy_mask: float = knob("off-policy corrections", float("inf"), "delta: drop negative-advantage sequences "
-                                  "whose KL to the sampler exceeds it (DeepSeek-V3.2; inf: off)")
+                                  "whose KL to the sampler exceeds it (DeepSeek-V3.2)", inf="off")
     kl_reweight: bool = knob("off-policy corrections", False, "weight the KL estimate by pi / pi_old (DeepSeek-V3.2)")
     # optimisation
     lr: float = knob("optimisation", 1e-4, "Adam learning rate")
-    max_grad_norm: float = knob("optimisation", 1.0, "gradient clipping")
+    max_grad_norm: float = knob("optimisation", 1.0, "gradient clipping", inf="no clipping")
 
 
 # name -> flags: GRPOConfig fields, and cli.py's run flags where a recipe needs them (prompts_per_step; the

@@ -120,3 +120,34 @@ def test_editing_a_grpo_config_default_changes_the_flag(monkeypatch):
     assert cli.get_parser().parse_args(["--fused-head"]).fused_head is True
     with pytest.raises(SystemExit):  # choices come from the field too
         cli.get_parser().parse_args(["--adv-norm", "median"])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--format-weight", "nan"], "--format-weight must be a finite number, got nan"),
+    (["--kl", "inf"], "--kl must be a finite number, got inf"),
+    (["--lr", "nan"], "--lr must be a finite number, got nan"),
+    (["--dual-clip", "inf"], "--dual-clip must be a finite number, got inf"),
+    (["--clip", "nan"], "--clip must be a finite number or inf (no clipping), got nan"),
+    (["--off-policy-mask=-inf"], "--off-policy-mask must be a finite number or inf (off), got -inf")])
+def test_a_float_flag_given_nan_or_a_meaningless_inf_is_refused_before_anything_is_written(argv, message, tmp_path):
+    """argparse's float() takes nan and inf; each would reach the loss as a NaN at step 1."""
+    out = subprocess.run([sys.executable, "train.py", *argv, "--runs-dir", str(tmp_path), "--run-name", "r"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr == f"train.py: error: {message}\n"
+    assert not os.listdir(tmp_path)  # no run folder
+
+
+def test_inf_passes_where_a_flags_help_says_what_it_means_and_the_error_says_the_same():
+    """--clip inf (no clipping), --off-policy-mask inf (off), ...: each field whose knob gives inf a
+    meaning, and only those, shows it in its --help, in the words its error for nan uses."""
+    helps = {a.dest: a.help for a in cli.get_parser()._actions}
+    for f in dataclasses.fields(grpo.GRPOConfig):
+        inf = f.metadata["inf"]
+        if inf is None:
+            continue
+        assert helps[f.name].endswith(f"(inf: {inf})"), f.name
+        _, args = cli.parse_args([f"--{f.name.replace('_', '-')}", "inf"])
+        cli.check_args(args)
+        _, args = cli.parse_args([f"--{f.name.replace('_', '-')}", "nan"])
+        with pytest.raises(ValueError, match=re.escape(f"or inf ({inf}), got nan")):
+            cli.check_args(args)
