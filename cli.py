@@ -30,6 +30,8 @@ from qwen3 import load_pretrained
 from tokenizer import build_tokenizer, encode_completion, load_pretrained_tokenizer
 
 
+# ---------------------------------------------------------------- flags
+
 def get_parser():
     ap = argparse.ArgumentParser(description="GRPO on synthetic arithmetic reasoning.",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -142,6 +144,8 @@ def grpo_config(args):
     """The GRPOConfig fields, taken from the flags of the same names."""
     return config.GRPOConfig(**{f.name: getattr(args, f.name) for f in fields(config.GRPOConfig)})
 
+
+# ---------------------------------------------------------------- checks
 
 def check_args(args):
     """One-line errors (ValueError) for flag values argparse cannot check by itself; it prints
@@ -358,6 +362,9 @@ def versions():
 
 # ---------------------------------------------------------------- the run folder
 
+RUN_LOGS = ("metrics.jsonl", "samples.jsonl", "answers.jsonl")  # one JSON line per step (or per answer) each
+
+
 def start_run(args):
     """(args, run dir, step to continue from, checkpoint or None), the flags checked before
     anything is written: a new run's, or with --resume RUN_DIR the run's saved ones."""
@@ -384,12 +391,12 @@ def open_run_folder(args, cfg, device, policy, run_dir, state, pool, evalset, lo
     """Make the run folder, write its config.json (a new run's; a resume keeps the first) and
     print the config -> the paths of metrics.jsonl and samples.jsonl."""
     os.makedirs(run_dir, exist_ok=True)
-    config = run_config(args, cfg, device, policy, run_dir)
+    resolved = run_config(args, cfg, device, policy, run_dir)
     if state is None and distributed.rank() == 0:
         with open(os.path.join(run_dir, "config.json"), "w") as f:
-            json.dump(config, f, indent=2)
-    log(json.dumps(config, indent=2))
-    log(f"device {device}, dtype {config['dtype']}, run folder {run_dir}, {config['processes']} process(es)")
+            json.dump(resolved, f, indent=2)
+    log(json.dumps(resolved, indent=2))
+    log(f"device {device}, dtype {resolved['dtype']}, run folder {run_dir}, {resolved['processes']} process(es)")
     if pool is not None:
         log(f"task math: {len(pool)} training problems, {len(evalset)} held out")
     return os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "samples.jsonl")
@@ -448,5 +455,3 @@ def truncate_metrics(path, last_step):
         f.writelines(keep)
     os.replace(path + ".tmp", path)
 
-
-RUN_LOGS = ("metrics.jsonl", "samples.jsonl", "answers.jsonl")  # one JSON line per step (or per answer) each
