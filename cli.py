@@ -25,7 +25,7 @@ import distributed
 import rewards
 import sft
 import tasks
-from model import CheckpointError, load_checkpoint
+from model import CheckpointError, load_checkpoint, set_dropout
 from qwen3 import load_pretrained
 from tokenizer import build_tokenizer, encode_completion, load_pretrained_tokenizer
 
@@ -44,6 +44,10 @@ def get_parser():
                    help="warm-start checkpoint (built by sft.py if it is the default and missing); with --model, a "
                         "reasoning_from_scratch Qwen3 state_dict (.pth: the book's GRPO checkpoints) whose weights "
                         "replace the folder's")
+    g.add_argument("--dropout", type=float, default=0.0, metavar="P",
+                   help="residual dropout in the small GPT's training-mode forwards (the learner's log-probs), "
+                        "none in the sampler's or the evaluation's: the mismatch TRL turns dropout off for, a noisy "
+                        "ratio pi / pi_old (EXPERIMENTS.md, the closing list)")
     g.add_argument("--seed", type=int, default=0, help="seeds problems, sampling and init")
     g.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where to train")
     g.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see docs/performance.md, Sampling and training speed)")
@@ -192,6 +196,10 @@ def check_args(args):
         raise ValueError("--grad-checkpoint is for --model")
     if args.eval_batch_size < 1:
         raise ValueError(f"--eval-batch-size must be >= 1, got {args.eval_batch_size}")
+    if not 0 <= args.dropout < 1:
+        raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}")
+    if args.dropout and args.model:
+        raise ValueError("--dropout is for the small GPT of --init: the book's Qwen3 (--model) has no dropout")
     check_book_args(args)
     refuse_contradictions(args)
 
@@ -228,6 +236,9 @@ def refuse_contradictions(args):
     if args.sampler_dtype == "bfloat16" and (args.dtype == "bfloat16" or resolve_device(args.device) == "cuda"):
         raise ValueError("--sampler-dtype bfloat16 samples beside an fp32 learner, but the learner runs in bf16 "
                          "already (--dtype bfloat16, or bf16 autocast on CUDA): there is no mismatch to add")
+    if args.sampler_dtype in ("int8", "fp8") and args.dtype == "bfloat16":
+        raise ValueError(f"--sampler-dtype {args.sampler_dtype} rounds an fp32 policy's weights to 8 bits beside the "
+                         "fp32 learner, but --dtype bfloat16 makes the learner bf16: use --dtype float32")
     if args.keep_sampling_mask and args.top_p >= 1 and args.top_k <= 0:
         raise ValueError("--keep-sampling-mask keeps the support top-p / top-k sampled from, but neither cuts one "
                          "(--top-p 1, --top-k 0): it would change nothing and cost B x T x V bools")
@@ -294,6 +305,7 @@ def load_policy(args, device):
     if args.model:
         return *load_book_model(args, device), None
     policy, enc, ckpt = load_init(args.init, args.threads)
+    set_dropout(policy, args.dropout)
     return policy.to(device), enc, {"tokenizer": ckpt["tokenizer"], "task": ckpt["task"]}
 
 

@@ -23,7 +23,8 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
     """Record one update: the loss terms, the gradient norm, the learner's entropy, and how
     far the policy has drifted from the one that sampled: the ratio's mean / min / max, the
     share of tokens where each side of the objective's clip binds (clip_frac: either), the
-    approximate KL to pi_old (verl's ppo_kl: mean of old_logp - logp), with off-policy
+    approximate KL to pi_old (verl's ppo_kl: mean of old_logp - logp), the spread of log pi /
+    pi_old over the tokens and over the answers' means (logratio_std_token, _seq), with off-policy
     masking the share of answers it dropped, and with --exact-kl the KL term's exact value
     (grpo.exact_kl). loss: grpo.Loss; the rest (b, T), as grpo_step holds them."""
     for name, value in loss.terms.items():
@@ -38,6 +39,12 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
     stats.mean("clip_frac_high", high, m)
     stats.mean("clip_frac", low | high, m)
     stats.mean("ppo_kl", old_logp - logp, m)
+    # the ratio's noise, per token and per answer (GSPO's length-normalised log-ratio): what a
+    # token-level clip sees against what a sequence-level one sees (0 where pi_old is pi itself)
+    log_ratio = logp - old_logp  # (b, T)
+    has_tokens = m.any(1)  # (b,) answers with a completion token
+    stats.std("logratio_std_token", log_ratio[m])
+    stats.std("logratio_std_seq", ((log_ratio * m).sum(1) / m.sum(1).clamp(min=1))[has_tokens])
     stats.mean("entropy", entropy, m)
     if loss.kept is not None:
         stats.mean("off_policy_masked_frac", 1 - loss.kept)

@@ -45,7 +45,12 @@ def checked(argv, capsys):
     (["--dual-clip", "3", "--objective", "cispo"], "--objective cispo has no such bound"),
     (["--dual-clip", "1"], "needs c > 1"), (["--dual-clip", "0.5"], "needs c > 1"), (["--dual-clip", "-2"], "needs c > 1"),
     (["--keep-sampling-mask"], "neither cuts one"),
-    (["--recipe", "deepseek_v32", "--top-p", "1"], "neither cuts one")])
+    (["--recipe", "deepseek_v32", "--top-p", "1"], "neither cuts one"),
+    (["--sampler-dtype", "fp8", "--dtype", "bfloat16"], "--dtype bfloat16 makes the learner bf16"),
+    (["--sampler-dtype", "int8", "--dtype", "bfloat16"], "--dtype bfloat16 makes the learner bf16"),
+    (["--dropout", "0.1", "--model", "qwen"], "the book's Qwen3 (--model) has no dropout"),
+    (["--dropout", "1"], "--dropout must be in [0, 1), got 1.0"), (["--dropout", "-0.1"], "must be in [0, 1)"),
+    (["--dropout", "nan"], "--dropout must be in [0, 1), got nan")])
 def test_contradicting_flags_are_refused_in_one_line(argv, message, capsys):
     with pytest.raises(ValueError, match=re.escape(message)) as e:
         checked(argv, capsys)
@@ -54,7 +59,9 @@ def test_contradicting_flags_are_refused_in_one_line(argv, message, capsys):
 
 @pytest.mark.parametrize("argv", [["--ratio-level", "sequence"], ["--ratio-level", "gspo", "--loss-agg", "seq_mean"],
                                   ["--kl", "0.1", "--kl-level", "sequence"], ["--dual-clip", "3"],
-                                  ["--keep-sampling-mask", "--top-k", "20"], ["--keep-sampling-mask", "--top-p", "0.9"]])
+                                  ["--keep-sampling-mask", "--top-k", "20"], ["--keep-sampling-mask", "--top-p", "0.9"],
+                                  ["--sampler-dtype", "fp8"], ["--sampler-dtype", "int8", "--dtype", "float32"],
+                                  ["--dropout", "0.1"]])
 def test_the_same_flags_where_they_act_pass_silently(argv, capsys):
     assert checked(argv, capsys) == ""
 

@@ -81,6 +81,25 @@ def test_old_logprobs_are_the_sampling_policys(enc, tiny_model, digit_reward, mo
 def test_ppo_kl_is_zero_before_any_update(enc, tiny_model, digit_reward):
     _, stats = run_step(enc, tiny_model(), GRPOConfig(**CFG, mu=1), lr=1e-2)
     assert stats["ppo_kl"] == 0.0 and stats["ratio_min"] == stats["ratio_max"] == 1.0
+    assert stats["logratio_std_token"] == stats["logratio_std_seq"] == 0.0
+
+
+def test_logratio_spread_per_token_and_per_answer(enc, tiny_model, digit_reward, monkeypatch):
+    """logratio_std_token: the std of log pi - log pi_old over the update's answer tokens;
+    _seq: over the answers' mean log-ratios (GSPO's); each the mean over the step's updates.
+    Dropout in the learner makes pi_old's and pi's forwards differ even with no update (lr 0)."""
+    from model import set_dropout
+    losses = spy(monkeypatch, "grpo_loss")
+    torch.manual_seed(0)
+    _, stats = run_step(enc, set_dropout(tiny_model(), 0.3), GRPOConfig(**CFG, mu=2, minibatches=2), lr=0.0)
+    token, seq = [], []
+    for logp, old, _, _, mask, *_ in losses:
+        d, m = (logp - old).detach().double(), mask.bool()
+        token.append(d[m].std().item())
+        seq.append(((d * m).sum(1) / m.sum(1))[m.any(1)].std().item())
+    assert stats["logratio_std_token"] == pytest.approx(sum(token) / len(token), rel=1e-6)
+    assert stats["logratio_std_seq"] == pytest.approx(sum(seq) / len(seq), rel=1e-6)
+    assert stats["logratio_std_token"] > stats["logratio_std_seq"] > 0  # an answer's mean averages its noise
 
 
 @pytest.mark.parametrize("mu,K", [(2, 1), (2, 2)])
