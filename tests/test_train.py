@@ -87,6 +87,19 @@ def test_training_steps_see_mixed_rewards_and_gradients(warm, tmp_path):
     assert any(not torch.equal(before[k], after[k]) for k in before)  # the policy was updated
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_dropout_makes_the_learners_forwards_differ_from_pi_olds(warm, tmp_path, dropout):
+    """--dropout reaches the learner: with two minibatches pi_old has a no-grad pass of its own,
+    so at a learning rate too small to move the weights its log-probs differ from the first
+    update's only by dropout; the saved config and checkpoint keep p."""
+    run_dir = train.main(args_for(warm, tmp_path, "--steps", "1", "--mu", "1", "--minibatches", "2", "--lr", "1e-12",
+                                  "--dropout", str(dropout)))
+    spread = read_metrics(run_dir)[1]["logratio_std_token"]
+    assert spread > 0.01 if dropout else spread < 1e-5
+    assert json.load(open(os.path.join(run_dir, "config.json")))["dropout"] == dropout
+    assert torch.load(os.path.join(run_dir, "ckpt_latest.pt"), weights_only=True)["model_config"]["dropout"] == dropout
+
+
 def read_samples(run_dir):
     with open(os.path.join(run_dir, "samples.jsonl")) as f:
         return [json.loads(line) for line in f]

@@ -784,6 +784,18 @@ def test_sampler_dtype_draws_from_8bit_weights_beside_the_fp32_learner(warm_poli
     assert_grad(step.updates[0], on_policy_grad(step, cfg))
 
 
+def test_dropout_is_off_in_the_sampler_and_on_in_the_learner(warm_policy, table):
+    """--dropout: the answers and their sampler log-probs come from the policy in eval mode (no
+    dropout), the learner's first update from a training-mode forward that drops."""
+    from model import set_dropout
+    model, enc = warm_policy()
+    set_dropout(model, 0.3)
+    step = run(model, enc, GRPOConfig(**BASE))
+    b, m = step.batch, completion(step.batch)
+    torch.testing.assert_close(b.sampler_logp[m].double(), logprobs(step.before.eval(), b, 1.0)[m], rtol=0, atol=1e-5)
+    assert (step.updates[0].logp[m].double() - b.sampler_logp[m].double()).abs().mean() > 1e-2
+
+
 @pytest.mark.parametrize("dtype, levels", [("int8", 127), ("fp8", None)])
 def test_fake_quantize_rounds_each_row_to_its_own_8bit_grid(dtype, levels):
     torch.manual_seed(0)
