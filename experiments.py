@@ -114,6 +114,10 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "search_token": ([*SEARCH, "--loss-agg", "token_mean"], "... with a token-level loss"),
     "search_drgrpo": ([*SEARCH, "--loss-agg", "constant", "--adv-norm", "none"],
                       "... with Dr. GRPO's constant normaliser and no std"),
+    "search_dropout": ([*SEARCH, "--dropout", "0.1"], "... with dropout 0.1 in the learner's forwards and none in "
+                       "the sampler's (a misconfiguration TRL turns dropout off for): a noisy token ratio"),
+    "search_dropout_gspo": ([*SEARCH, "--dropout", "0.1", "--ratio-level", "gspo", "--clip", "3e-4",
+                             "--clip-high", "4e-4"], "... and GSPO's length-normalised sequence ratio, at its clip range"),
     "book_runaway_overlong": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--overlong-cache", "8"],
                               "the runaway with DAPO's overlong penalty over the last 8 tokens"),
     "book_runaway_keepmask_T1": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--keep-sampling-mask"],
@@ -172,6 +176,8 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "fixes_dynamic": (["ds4", "ds4_dynamic"], "signal_groups,zero_std_frac,eval_acc"),
     "fixes_entropy": (["default_passk", "entropy_bonus_01"], "entropy,eval_pass_at_k,eval_acc"),
     "fixes_kl": (["kl_reuse", "kl_reuse_reweight"], "kl+kl_exact,eval_acc,entropy"),
+    "fixes_gspo": (["search_dropout", "search_dropout_gspo"],
+                   "sampler_entropy,logratio_std_token+logratio_std_seq,reward,eval_acc"),
     "book_runaway_clip_format": (["book_runaway_noclip", "book_runaway_ppo_clip", "book_runaway_format",
                                   "book_runaway_format_gated"], "eval_acc,eval_sampled_acc,entropy,reward_format"),
 }
@@ -247,10 +253,10 @@ def better(key, higher, margin, relative=False):
 
 # the closing list (the book's 7_7_improvements: olmo3_style.py items 1-7, deepseek_v32_style.py 8-12) and
 # the other named fixes: item -> (its numbers in the book's list, what it fixes, the regime,
-# (without, with), its metric in run_summary, "higher" or "lower", the margin (size, "points" or "relative")).
-# Each margin is at least twice the std over seeds 0-2 of the run without the fix (EXPERIMENTS.md gives
-# them): in points for a share (an accuracy, the cut share, the KL's relative bias), relative for a count
-# or a length, whose scale the regime sets (the prompts a step, the cap)
+# (without, with), its metric in run_summary, "higher" or "lower", the margin (size, "points", "relative" or
+# "nats")). Each margin is at least twice the std over seeds 0-2 of the run without the fix (EXPERIMENTS.md
+# gives them): in points for a share (an accuracy, the cut share, the KL's relative bias), relative for a
+# count or a length, whose scale the regime sets (the prompts a step, the cap), in nats for an entropy
 FIXES = {
     "dynamic_sampling": ("1, 2", "groups with no signal", "the default at 4 prompts a step", ("ds4", "ds4_dynamic"),
                          "mean_signal_groups", "higher", (0.02, "relative")),
@@ -269,6 +275,8 @@ FIXES = {
     # judged by what it exists for, answers kept diverse, not by the entropy it raises by construction
     "entropy_bonus": ("-", "lost diversity", "the default", ("default_passk", "entropy_bonus_01"), "pass_final",
                       "higher", (0.035, "points")),
+    "gspo": ("-", "a noisy token ratio", "the runaway's task, dropout 0.1 in the learner only",
+             ("search_dropout", "search_dropout_gspo"), "sampler_entropy", "lower", (0.85, "nats")),
 }
 METRICS = {  # run_summary's keys, as the fixes table names them
     "mean_signal_groups": "groups with signal a step", "late_resp_len_wrong": "wrong answers' length, 2nd half",
@@ -276,11 +284,14 @@ METRICS = {  # run_summary's keys, as the fixes table names them
     "drop": "greedy accuracy's fall from its peak",
     "kl_bias": "KL estimate's bias, \\|mean (estimate - exact) / exact\\| over the run",
     "pass_final": "pass@k at the last evaluation",
+    "sampler_entropy": "the sampled policy's entropy, last 10 steps",
 }
 PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "pass_final"}
 
 
 def margin_text(size, unit):
+    if unit == "nats":
+        return f"{size:g} nats"
     return f"{size * 100:g} points" if unit == "points" else f"{size:.0%} of the run without it"
 
 
@@ -367,7 +378,7 @@ def run_summary(rows):
     if evals:
         peak_step, peak = max(evals, key=lambda e: e[1])
         out = {"start": evals[0][1], "final": evals[-1][1], "peak": peak, "peak_step": peak_step}
-    for key in ("reward", "entropy", "resp_len", "clip_frac", "kl", "reward_format", "sampler_gap"):
+    for key in ("reward", "entropy", "resp_len", "clip_frac", "kl", "reward_format", "sampler_gap", "sampler_entropy"):
         out[key] = mean(r.get(key) for r in tail)
     out["reward_format_start"] = mean(r.get("reward_format") for r in head)
     sampled = [r["eval_sampled_acc"] for r in rows if "eval_sampled_acc" in r]

@@ -220,7 +220,8 @@ def test_each_fix_pair_differs_in_its_own_flags_and_nothing_else(item):
     differ = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"runs_dir", "typed_flags"}  # where it ran, what was typed
     own = {"dynamic_sampling": {"dynamic_sampling"}, "token_mean": {"loss_agg"}, "drgrpo": {"loss_agg", "adv_norm"},
            "overlong": {"overlong_cache"}, "keep_mask": {"keep_sampling_mask"}, "tis": {"tis_cap"},
-           "kl_reweight": {"kl_reweight"}, "entropy_bonus": {"entropy_coef"}}[item]
+           "kl_reweight": {"kl_reweight"}, "entropy_bonus": {"entropy_coef"},
+           "gspo": {"ratio_level", "clip", "clip_high"}}[item]
     assert differ == own, (item, differ)
 
 

@@ -43,7 +43,7 @@ NEAR = {
 }
 # A without-run's numbers, about as recorded (EXPERIMENTS.md), one for each metric a fix is judged by
 TYPICAL = {"mean_signal_groups": 2.8, "late_resp_len_wrong": 21.4, "mean_truncated_frac": 0.22, "sampled_final": 0.40,
-           "drop": 0.80, "kl_bias": 0.19, "pass_final": 0.90}
+           "drop": 0.80, "kl_bias": 0.19, "pass_final": 0.90, "sampler_entropy": 3.5}
 
 
 def fix_pair(lesson, gain):
@@ -116,7 +116,8 @@ def test_a_lesson_whose_run_lacks_a_number_names_it_or_does_not_read_it(lesson):
 # arrangement of that range with the largest spread.
 RECORDED_WITHOUT = {"dynamic_sampling": [2.78, 2.82, 2.78], "token_mean": [23.6, 18.5, 22.1],
                     "drgrpo": [23.6, 18.5, 22.1], "overlong": [0.20, 0.20, 0.27], "keep_mask": [0.47, 0.30, 0.42],
-                    "tis": [0.39, 0.10, 0.69], "kl_reweight": [0.09, 0.07, 0.19], "entropy_bonus": [0.935, 0.935, 0.965]}
+                    "tis": [0.39, 0.10, 0.69], "kl_reweight": [0.09, 0.07, 0.19], "entropy_bonus": [0.935, 0.935, 0.965],
+                    "gspo": [3.17, 3.97, 3.51]}
 
 
 @pytest.mark.parametrize("item", list(experiments.FIXES))
@@ -146,7 +147,8 @@ def hand_made_run():
                "truncated_frac": 0.1 if s <= 20 else 0.6 if s <= 40 else 0.0,
                "resp_len_wrong": 10 if s <= 20 else 30 if s <= 50 else 16 if s <= 75 else None if s == 76 else 24,
                "resp_len": s / 10, "clip_frac": 0.03 if s > 90 else 0.01, "sampler_gap": 0.02,
-               "kl_exact": 0.5, "kl": 0.6 if s % 2 else 0.45, "signal_groups": 3 if s <= 50 else 4}
+               "kl_exact": 0.5, "kl": 0.6 if s % 2 else 0.45, "signal_groups": 3 if s <= 50 else 4,
+               "sampler_entropy": 0.2 if s > 90 else 1.5}
         if s % 10 == 0:
             row.update(eval_acc=acc[s], eval_sampled_acc=sampled[s], eval_pass_at_k=0.95 if s == 100 else 0.9)
         rows.append(row)
@@ -170,6 +172,7 @@ EXPECTED = [  # (run_summary key, value, how it is known)
     ("clip_frac", 0.03, "last 10 steps"),
     ("kl", 0.525, "last 10 steps: five at 0.6, five at 0.45"),
     ("sampler_gap", 0.02, "last 10 steps"),
+    ("sampler_entropy", 0.2, "last 10 steps"),
     ("reward_format", 1.0, "last 10 steps"),
     ("reward_format_end", 0.9, "last 20 steps: ten at 0.8, ten at 1.0"),
     ("entropy_peak", 3.0, "steps 41-60; not the 8.0 of steps 1-2 (fewer than 20 steps) nor the spike at 80"),
