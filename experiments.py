@@ -175,7 +175,7 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
                   "eval_acc,eval_sampled_acc,entropy,tis_weight_max"),
     "fixes_dynamic": (["ds4", "ds4_dynamic"], "signal_groups,zero_std_frac,eval_acc"),
     "fixes_entropy": (["default_passk", "entropy_bonus_01"], "entropy,eval_pass_at_k,eval_acc"),
-    "fixes_kl": (["kl_reuse", "kl_reuse_reweight"], "kl+kl_exact,eval_acc,entropy"),
+    "fixes_kl": (["kl_reuse", "kl_reuse_reweight"], "kl_rel_gap,kl+kl_exact,eval_acc,entropy"),
     "fixes_gspo": (["search_dropout", "search_dropout_gspo"],
                    "sampler_entropy,logratio_std_token+logratio_std_seq,reward,eval_acc"),
     "book_runaway_clip_format": (["book_runaway_noclip", "book_runaway_ppo_clip", "book_runaway_format",

@@ -48,8 +48,9 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
     stats.mean("entropy", entropy, m)
     if loss.kept is not None:
         stats.mean("off_policy_masked_frac", 1 - loss.kept)
-    if kl_exact is not None:
+    if kl_exact is not None:  # what the KL term estimates, and the estimate's relative gap to it
         stats.mean("kl_exact", kl_exact)
+        stats.mean("kl_rel_gap", (loss.terms["kl"] - kl_exact) / kl_exact.clamp(min=1e-12))
 
 
 @torch.no_grad()

@@ -392,3 +392,6 @@ def test_exact_kl_sums_the_kl_over_the_whole_vocabulary(enc, tiny_model, digit_r
     assert logged["kl_exact"] > 0 and "kl" in logged
     off = run_step(enc, tiny_model(0), dataclasses.replace(cfg, exact_kl=False), ref=tiny_model(1))[1]
     assert "kl_exact" not in off and off["kl"] == pytest.approx(logged["kl"])  # a diagnostic: the step is the same
+    one = run_step(enc, tiny_model(0), dataclasses.replace(cfg, mu=1), ref=tiny_model(1))[1]  # one update
+    assert one["kl_rel_gap"] == pytest.approx((one["kl"] - one["kl_exact"]) / one["kl_exact"], rel=1e-6)
+    assert "kl_rel_gap" not in off
