@@ -90,6 +90,11 @@ class GRPOConfig:
     lr: float = knob("optimisation", 1e-4, "Adam learning rate")
     max_grad_norm: float = knob("optimisation", 1.0, "gradient clipping", inf="no clipping")
 
+    @property
+    def clip_range(self):
+        """(eps_low, eps_high): grpo_loss clips the ratio to [1 - eps_low, 1 + eps_high]."""
+        return self.clip, self.clip if self.clip_high is None else self.clip_high
+
 
 # name -> flags: GRPOConfig fields, and cli.py's run flags where a recipe needs them (prompts_per_step; the
 # book_qwen3 recipes also set its evaluation: eval_every, eval_size, eval_fallback, chat_template). Each follows

@@ -7,10 +7,9 @@
 
 Sections 1-4 are the chapter's GRPO. Every variant is a flag on the one function that
 holds its idea (`--ratio-level` on `policy_ratio`, `--kl-estimator` on `kl_penalty`, ...);
-the few that need a function of their own (other objectives, GDPO, the off-policy
-corrections, which grpo_loss applies given the sampler's log-probs, and the exact KL, a
-statistic) follow in section 5, and a variant that is off costs nothing and logs nothing. What a step
-logs is stats.py's. Where this departs from the book's scripts
+those with a function of their own (other objectives, GDPO, the off-policy corrections,
+the exact KL) follow in section 5; one that is off costs nothing and logs nothing. What a
+step logs is stats.py's. Where this departs from the book's scripts
 (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/):
 1. The learner scores log-probs at the sampler's temperature, so the sampler and the
    learner describe one distribution. The book samples at T 0.8 with top-p 0.9 and
@@ -50,9 +49,8 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
         mu epochs of K minibatch updates: pi_theta's log-probs (2.), the clipped
         ratio pi_theta / pi_old times A (+ beta KL to pi_ref), a mean (3.), a step (4.)
 
-    pi_old is the policy as the step found it: its weights sample the answers and stay
-    every update's old policy while the updates change the policy in place. The book's
-    inner epochs (--resample-epochs) sample afresh from a frozen copy of those weights.
+    pi_old is the policy as the step found it: it samples the answers and stays every update's old
+    policy while the updates change it in place (--resample-epochs: sample afresh from a frozen copy).
     policy_ddp: the policy, under torchrun wrapped in DDP (distributed.wrap), whose backward
     averages the gradients over the ranks; in one process, the policy itself.
     """
@@ -68,8 +66,10 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
             loss_mask = batch.loss_mask & ~batch.truncated[:, None] if cfg.mask_truncated else batch.loss_mask
             row_sets = same_count(minibatch_rows(len(adv), cfg.group_size, cfg.minibatches))  # K tensors of rows
             ref_logp = logprobs_no_grad(ref_policy, batch, loss_mask, cfg) if cfg.kl > 0 else None  # (B, T)
-            old_logp = None if first_update_is_pi_old(epoch, row_sets) else \
-                logprobs_no_grad(pi_old, batch, loss_mask, cfg)  # (B, T); None: the first update's forward gives it
+            # Until the first update the policy *is* pi_old: when that update sees every row, its own forward
+            # gives pi_old's log-probs (a pass of their own: the same numbers, and 10-16% of a default step)
+            first_update_is_pi_old = epoch == 0 and len(row_sets) == 1
+            old_logp = None if first_update_is_pi_old else logprobs_no_grad(pi_old, batch, loss_mask, cfg)  # (B, T)
         for rows in row_sets:
             stats.next_update()
             logp, entropy = batch_logprobs(policy_ddp, batch, rows, loss_mask, cfg)  # pi_theta (b, T), with gradient
@@ -84,14 +84,6 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
         if epoch == 0:
             batch_stats(stats, batch, adv, zero_std, old_logp, loss_mask, cfg.group_size)
     return first_batch, stats.result()
-
-
-def first_update_is_pi_old(epoch, row_sets):
-    """A shortcut: until the step's first update the policy *is* pi_old, so when that update
-    sees every row (one minibatch), its own forward gives pi_old's log-probs. A no-grad pass of
-    their own gives the same numbers, bit for bit, and costs a forward of the whole batch:
-    10-16% of a default step (mu 2, K 1)."""
-    return epoch == 0 and len(row_sets) == 1
 
 
 # ---------------------------------------------------------------- 1. advantages
@@ -129,9 +121,8 @@ def token_logprobs_reference(model, tokens, mask, loss_mask, temperature=1.0, su
     """log pi(target | prefix) and the entropy there, for the targets in loss_mask, the textbook way.
 
     tokens, mask (B, L). The model reads tokens[:, :-1] and predicts the targets
-    tokens[:, 1:]; loss_mask (B, T = L - 1), made once in rollouts.py, marks the targets that
-    are completion tokens. Returns logp, entropy (B, T), zero outside loss_mask.
-    token_logprobs gives the same numbers fast; this is what it computes.
+    tokens[:, 1:]; loss_mask (B, T = L - 1), made once in rollouts.py, marks the completion targets.
+    Returns logp, entropy (B, T), zero outside loss_mask: what token_logprobs computes fast.
     """
     logp_all = vocab_logprobs(model, tokens, mask, loss_mask, temperature, support)  # (n, V)
     logp = logp_all.gather(-1, tokens[:, 1:][loss_mask][:, None])[:, 0]  # (n,) the sampled token's
@@ -160,13 +151,13 @@ def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, 
     A kept support needs the (n, V) logits, and one byte per logit kept."""
     h = model(tokens[:, :-1], mask[:, :-1], hidden=True)  # (B, T, d)
     h, targets = h[loss_mask], tokens[:, 1:][loss_mask]  # (n, d), (n,): completion positions only
-    if support is not None:
-        logits = (h @ model.lm_head_weight.t()).masked_fill(~support[loss_mask], float("-inf"))  # (n, V)
-        logp, ent = token_logprobs_and_entropy(logits, targets, temperature)
-    elif fused:
+    if fused and support is None:
         logp, ent = linear_logprobs_and_entropy(h, model.lm_head_weight, targets, temperature)
-    else:
-        logp, ent = token_logprobs_and_entropy(h @ model.lm_head_weight.t(), targets, temperature)  # (n, V) logits
+    else:  # the (n, V) logits, masked to the kept support if there is one
+        logits = h @ model.lm_head_weight.t()  # (n, V)
+        if support is not None:
+            logits = logits.masked_fill(~support[loss_mask], float("-inf"))
+        logp, ent = token_logprobs_and_entropy(logits, targets, temperature)
     zeros = logp.new_zeros(loss_mask.shape)  # (B, T)
     return zeros.masked_scatter(loss_mask, logp), zeros.masked_scatter(loss_mask, ent)
 
@@ -219,7 +210,7 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
     if math.isfinite(cfg.off_policy_mask):  # DeepSeek-V3.2: drop negative answers far off the sampler
         kept = off_policy_keep(logp, sampler_logp, adv, loss_mask, cfg.off_policy_mask)  # (B,)
         adv = adv * kept
-    eps_low, eps_high = clip_range(cfg)
+    eps_low, eps_high = cfg.clip_range  # the ratio is clipped to [1 - eps_low, 1 + eps_high]
     A = adv[:, None]  # (B, 1): every token of a completion shares its advantage
     ratio = policy_ratio(logp, old_logp, loss_mask, cfg.ratio_level)  # (B, T) or (B, 1)
     if cfg.objective == "ppo":
@@ -264,27 +255,19 @@ def policy_ratio(logp, old_logp, mask, level="token"):
     return safe_exp(log_r)
 
 
-MAX_LOG = 20.0  # a log-ratio is clamped here before exp (e^20 ~ 5e8): exp cannot overflow
-
-
-def safe_exp(log_x):
-    """exp(log_x), log_x clamped at MAX_LOG: a ratio of probabilities that cannot overflow."""
-    return torch.exp(log_x.clamp(max=MAX_LOG))
-
-
-def clip_range(cfg):
-    """(eps_low, eps_high): clip the ratio to [1 - eps_low, 1 + eps_high]."""
-    return cfg.clip, cfg.clip if cfg.clip_high is None else cfg.clip_high
+def safe_exp(log_x, max_log=20.0):
+    """exp(log_x), log_x clamped at 20 (e^20 ~ 5e8): a ratio of probabilities that cannot overflow."""
+    return torch.exp(log_x.clamp(max=max_log))
 
 
 def clipped_objective(ratio, adv, eps_low, eps_high, dual_clip=0.0):
     """PPO's clipped surrogate, to be maximised: min(r * A, clip(r, 1-eps_low, 1+eps_high) * A).
-    -> (surrogate, low, high): low / high mark where a bound binds, which is where the
-    gradient is zero. ratio (B, T) or (B, 1), adv (B, 1); each output their broadcast shape.
+    -> (surrogate, low, high): low / high mark where a bound binds. ratio (B, T) or (B, 1),
+    adv (B, 1); each output their broadcast shape.
 
     The min is the pessimistic bound for both signs of A: for A > 0 the ratio stops
-    earning once r > 1+eps_high, for A < 0 once r < 1-eps_low; outside the clip range
-    the gradient is zero, and a ratio that moved the *wrong* way is never clipped.
+    earning once r > 1+eps_high, for A < 0 once r < 1-eps_low; there the gradient is
+    zero, and a ratio that moved the *wrong* way is never clipped.
     Dual clip (c > 1): for A < 0 the objective is also bounded below by c * A, which binds
     (on the high side) once r > c.
     """
@@ -347,10 +330,9 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
     Each is a mean of a sum over this batch's rows, and under torchrun over every rank's
     rows (global_mean).
 
-    A per-sequence term (the gspo or sequence ratio's objective, the sequence-level KL:
-    one value per answer, broadcast over its tokens) is weighed once per answer only by
-    seq_mean. token_mean and constant sum it once per token, so each answer's single term
-    would count as many times as the answer is long: train.py refuses those combinations.
+    A per-sequence term (the gspo or sequence ratio's objective, the sequence-level KL: one
+    value per answer, broadcast over its tokens) is weighed once per answer only by seq_mean;
+    token_mean and constant would count it once per token, and cli.py refuses them.
     """
     mask = mask.to(token_loss.dtype)
     if mode == "seq_mean":
@@ -388,9 +370,8 @@ def optimizer_step(model, opt, loss, max_grad_norm, update=1, updates=1):
 # ---------------------------------------------------------------- 5. the variants with a function of their own
 
 def gdpo_advantages(terms, weights, G, norm="group"):
-    """GDPO (Liu et al. 2026), `--reward-norm norm_then_sum`: normalise each reward term
-    within its group first, then sum with the terms' weights and normalise the sum (as the
-    book's gdpo.py does):
+    """GDPO (Liu et al. 2026), `--reward-norm norm_then_sum`: normalise each reward term within its
+    group first, then sum with the terms' weights and normalise the sum (the book's gdpo.py):
 
         A = norm( sum_k w_k * (r_k - mean_group(r_k)) / (std_group(r_k) + eps) )
 
@@ -404,8 +385,7 @@ def gdpo_advantages(terms, weights, G, norm="group"):
 
 
 def book_objective(ratio, adv, eps_low, eps_high):
-    """The book's clipped objective (7_4_plus_clip_ratio.py onwards), `--objective book`, to
-    be maximised:
+    """The book's clipped objective (7_4_plus_clip_ratio.py on), `--objective book`, maximised:
 
         torch.where(A >= 0, min(r A, clip(r) A), max(r A, clip(r) A))
 
@@ -431,12 +411,11 @@ def cispo_objective(ratio, adv, logp, eps_low, eps_high):
 
 
 def tis_weights(old_logp, sampler_logp, cap):
-    """Truncated importance sampling (Yao et al. 2025), `--tis-cap C`: the tokens were drawn
-    from the sampler's distribution (after temperature, top-k, top-p; on GPU often in another
-    precision), not from the learner's pi_old. Each token's policy-gradient term is
-    re-weighted towards the learner, capped so that a rare token cannot blow up the
-    update: w_t = min(pi_old(y_t) / pi_sampler(y_t), C), (B, T), no gradient; cap <= 0: ones.
-    """
+    """Truncated importance sampling (Yao et al. 2025), `--tis-cap C`: the tokens were drawn from the
+    sampler's distribution (after temperature, top-k, top-p; in another precision: --sampler-dtype),
+    not from the learner's pi_old. Each token's policy-gradient term is re-weighted towards the learner,
+    capped so that a rare token cannot blow up the update: w_t = min(pi_old(y_t) / pi_sampler(y_t), C),
+    (B, T), no gradient; cap <= 0: ones."""
     if cap <= 0:
         return torch.ones_like(old_logp)
     return safe_exp(old_logp - sampler_logp).clamp(max=cap)
@@ -444,27 +423,23 @@ def tis_weights(old_logp, sampler_logp, cap):
 
 @torch.no_grad()
 def off_policy_keep(logp, sampler_logp, adv, loss_mask, delta):
-    """DeepSeek-V3.2's off-policy sequence masking, `--off-policy-mask DELTA`: drop (weight 0)
-    a sequence with a negative advantage whose length-normalised KL from the sampling
-    policy exceeds delta,
+    """DeepSeek-V3.2's off-policy sequence masking, `--off-policy-mask DELTA`: drop (weight 0) a
+    sequence with a negative advantage whose length-normalised KL from the sampler exceeds delta,
 
         keep_i = 0  if  A_i < 0  and  (1/|o_i|) sum_t (log pi_sampler - log pi)(o_t) > delta
 
     (the sampler-side estimate, as in the book's deepseek_v32_style.py). Negative samples
-    the policy has already moved far away from teach it mostly noise. (B,) float.
-    """
+    the policy has already moved far away from teach it mostly noise. (B,) float."""
     kl = sequence_mean(sampler_logp - logp, loss_mask)[:, 0]  # (B,)
     return (~((adv < 0) & (kl > delta))).to(logp.dtype)
 
 
 @torch.no_grad()
 def exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg):
-    """The KL term's target, summed over the whole vocabulary instead of estimated from the
-    sampled tokens: KL(pi || pi_ref) = sum_v pi(v) (log pi(v) - log pi_ref(v)) at each
-    sampled position (summed over an answer's positions for --kl-level sequence), aggregated
-    as the term is. kl_penalty's estimate matches it on samples of pi; on pi_old's, only
-    re-weighted (--kl-reweight). A statistic (stats.update_stats logs it as kl_exact), from
-    two no-grad passes with the full logits (--exact-kl: a small vocabulary's)."""
+    """The KL term's target, summed over the whole vocabulary instead of estimated from the sampled
+    tokens: sum_v pi(v) (log pi(v) - log pi_ref(v)) at each sampled position (over an answer's
+    positions for --kl-level sequence), aggregated as the term is. A statistic (--exact-kl, logged as
+    kl_exact): kl_penalty's estimate matches it on samples of pi, on pi_old's only re-weighted."""
     m, support = loss_mask[rows], None if batch.support is None else batch.support[rows]  # (b, T), (b, T, V)
     lp, ref = (vocab_logprobs(model, batch.tokens[rows], batch.mask[rows], m, learner_temperature(cfg), support)
                for model in (policy, ref_policy))  # (n, V) each
