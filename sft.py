@@ -56,34 +56,39 @@ from tokenizer import build_tokenizer, encode_completion, encode_text, make_spec
 DEFAULT_CKPT = "checkpoints/warmstart.pt"  # train.py's default --init too
 
 
-def sft_examples(enc, level, seed, direct_frac, max_len):
-    """Endless (prompt ids, completion ids) pairs; a share of chains skip the reasoning.
+def sft_examples(enc, level, seed, direct_frac, max_len, opening_frac=1.0):
+    """Endless (prompt ids, completion ids, opening taught) triples; a share of chains skip the reasoning.
 
     A search always reasons (its direct answer would be a guess). A completion that does not
     fit in max_len tokens with its prompt is cut, its end-of-text with it: so a long search
     is seen running on, as a base model's long attempts run on into the token cap.
+    opening_frac: the share of reasoned chains whose first token, the choice to open <think>, is a
+    target; the others teach the reasoning after it but not the choice (make_batch), so the model
+    reasons well when it starts to and seldom starts (the rare-reasoning warm start, EXPERIMENTS.md).
     """
-    rng = random.Random(seed + 1)
+    rng, opening_rng = random.Random(seed + 1), random.Random(seed + 2)  # the second: 1.0 draws nothing new
     for p in tasks.problems(level, seed):
         think = rng.random() >= direct_frac or isinstance(p, tasks.SearchProblem)
         prompt = encode_text(enc, p.prompt)
         completion = encode_completion(enc, p.solution(think)) + [enc.eot_token]
-        yield prompt, completion[:max_len - len(prompt)]
+        opening = not think or opening_frac >= 1 or opening_rng.random() < opening_frac
+        yield prompt, completion[:max_len - len(prompt)], opening
 
 
-def make_batch(pairs, pad_id):
-    """Right-padded inputs, targets and a loss mask that covers completion tokens only."""
-    seqs = [p + c for p, c in pairs]
+def make_batch(examples, pad_id):
+    """Right-padded inputs, targets and a loss mask that covers completion tokens only (from the
+    second one where an example's opening is not taught)."""
+    seqs = [p + c for p, c, _ in examples]
     T = max(len(s) for s in seqs) - 1
     x = torch.full((len(seqs), T), pad_id)  # (B, T)
     y = torch.full((len(seqs), T), pad_id)
     mask = torch.zeros(len(seqs), T, dtype=torch.bool)  # real input tokens
     loss_mask = torch.zeros(len(seqs), T, dtype=torch.bool)  # targets that are completion tokens
-    for i, ((p, c), s) in enumerate(zip(pairs, seqs)):
+    for i, ((p, c, opening), s) in enumerate(zip(examples, seqs)):
         x[i, :len(s) - 1] = torch.tensor(s[:-1])
         y[i, :len(s) - 1] = torch.tensor(s[1:])
         mask[i, :len(s) - 1] = True
-        loss_mask[i, len(p) - 1:len(s) - 1] = True
+        loss_mask[i, len(p) - (1 if opening else 0):len(s) - 1] = True
     return x, y, mask, loss_mask
 
 
@@ -125,7 +130,7 @@ def main(args):
         f"of {args.batch_size}, level {args.level}, direct answers {args.direct_frac:.0%}")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     data = sft_examples(enc, args.level, distributed.rank_seed(args.seed, rank), args.direct_frac,
-                        cfg.max_seq_len)  # rank 0: as ever
+                        cfg.max_seq_len, args.think_opening_frac)  # rank 0: as ever
     t0, tokens_seen, losses = time.time(), 0, []
     for step in range(args.steps):
         x, y, mask, loss_mask = make_batch([next(data) for _ in range(args.batch_size // n_ranks)], enc.eot_token)
@@ -175,6 +180,9 @@ def get_parser():
     # data
     ap.add_argument("--level", default="mixed", help=f"difficulty of warm-start problems ({', '.join(tasks.LEVELS)})")
     ap.add_argument("--direct-frac", type=float, default=0.6, help="share of examples answered without <think>")
+    ap.add_argument("--think-opening-frac", type=float, default=1.0,
+                    help="share of reasoned examples whose opening <think> is a target; the rest teach the reasoning "
+                         "but not the choice to start it (the rare-reasoning warm start: 0.05)")
     # model
     ap.add_argument("--n-layer", type=int, default=2, help="transformer blocks")
     ap.add_argument("--n-head", type=int, default=4, help="attention heads")
@@ -210,6 +218,9 @@ if __name__ == "__main__":
     if not 0 <= args.label_smoothing < 1:
         get_parser().error(f"--label-smoothing must be in [0, 1), got {args.label_smoothing}: it is the share of "
                            "each target's probability spread over the vocabulary")
+    if not 0 < args.think_opening_frac <= 1:
+        get_parser().error(f"--think-opening-frac must be in (0, 1], got {args.think_opening_frac}: it is the share "
+                           "of reasoned examples that teach the choice to open <think> (0 would never teach it)")
     if not 0 <= args.direct_frac <= 1:
         get_parser().error(f"--direct-frac must be in [0, 1], got {args.direct_frac}: it is the share of chains "
                            "answered without reasoning")

@@ -22,7 +22,8 @@ from distributed import all_max, all_sum
 def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_exact=None):
     """Record one update: the loss terms, the gradient norm, the learner's entropy, and how
     far the policy has drifted from the one that sampled: the ratio's mean / min / max, the
-    share of tokens where each side of the objective's clip binds (clip_frac: either), the
+    share of tokens where each side of the objective's clip binds (clip_frac: either; of the high
+    side's, the share below p 0.2: clip_high_lowp_frac), the
     approximate KL to pi_old (verl's ppo_kl: mean of old_logp - logp), the spread of log pi /
     pi_old over the tokens and over the answers' means (logratio_std_token, _seq), with off-policy
     masking the share of answers it dropped, and with --exact-kl the KL term's exact value
@@ -38,6 +39,9 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
     stats.mean("clip_frac_low", low, m)
     stats.mean("clip_frac_high", high, m)
     stats.mean("clip_frac", low | high, m)
+    # of the tokens the high clip stops, the share pi_old gave less than 0.2: DAPO's Fig. 3a finds
+    # them all there, the rare tokens clip-higher exists for
+    stats.mean("clip_high_lowp_frac", old_logp < math.log(0.2), high & m, default=None)
     stats.mean("ppo_kl", old_logp - logp, m)
     # the ratio's noise, per token and per answer (GSPO's length-normalised log-ratio): what a
     # token-level clip sees against what a sequence-level one sees (0 where pi_old is pi itself)
@@ -205,11 +209,17 @@ class StepStats:
         for (name, _), (kind, parts, default) in self.sums.items():
             p, at = sums[at:at + len(parts)], at + len(parts)
             per_update.setdefault(name, []).append(_value(kind, p, default))
-        # one update: its value as it is (a count stays an int); several: their mean
-        out = {name: v[0] if len(v) == 1 else sum(v) / len(v) for name, v in per_update.items()}
+        # one update: its value as it is (a count stays an int); several: the mean of those that have one
+        out = {name: v[0] if len(v) == 1 else mean_of_defined(v) for name, v in per_update.items()}
         for (name, (sign, _, default)), v in zip(self.maxima.items(), maxima):
             out[name] = sign * v if math.isfinite(v) else default
         return out
+
+
+def mean_of_defined(values):
+    """The mean of the values that are not None (a statistic some updates have none of); None if none are."""
+    defined = [v for v in values if v is not None]
+    return sum(defined) / len(defined) if defined else None
 
 
 def _value(kind, p, default):

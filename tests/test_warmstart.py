@@ -17,7 +17,7 @@ import tasks
 import cli
 from evaluation import evaluate
 from model import load_checkpoint
-from tokenizer import build_tokenizer
+from tokenizer import build_tokenizer, encode_completion
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = os.path.join(ROOT, "checkpoints", "warmstart.pt")  # the tracked file, whatever sft.py's default says
@@ -139,7 +139,8 @@ def test_the_search_warm_start_keeps_a_tail_and_answers_as_the_docs_say():
 def test_sft_examples_cut_a_long_search_at_the_context_and_always_search(tmp_path):
     import sft
     enc = build_tokenizer(sft.build_tokenizer_spec(0))
-    pairs = [pair for pair, _ in zip(sft.sft_examples(enc, "mixed_search", 0, direct_frac=1.0, max_len=40), range(400))]
+    pairs = [(p, c) for (p, c, _), _ in zip(sft.sft_examples(enc, "mixed_search", 0, direct_frac=1.0, max_len=40),
+                                             range(400))]
     searches = [(p, c) for p, c in pairs if enc.decode(p).startswith("Find ?")]
     chains = [(p, c) for p, c in pairs if not enc.decode(p).startswith("Find ?")]
     assert searches and chains
@@ -148,6 +149,23 @@ def test_sft_examples_cut_a_long_search_at_the_context_and_always_search(tmp_pat
     assert all(not enc.decode(c).startswith("<think>") for _, c in chains)  # direct_frac 1: chains never reason
     cut = [c for p, c in searches if c[-1] != enc.eot_token]
     assert cut and all(len(p) + len(c) == 40 for p, c in searches if c[-1] != enc.eot_token)  # cut: no end of text
+
+
+def test_think_opening_frac_teaches_the_reasoning_but_seldom_the_choice_to_start_it():
+    """--think-opening-frac F: of the reasoned examples about F have their opening <think> as a
+    target; the others' loss mask starts one token later. Direct answers always teach their
+    first token, and F = 1 is the default stream, example for example."""
+    import sft
+    enc = build_tokenizer(sft.build_tokenizer_spec(0))
+    think_id = encode_completion(enc, "<think>")[0]
+    rare = [e for e, _ in zip(sft.sft_examples(enc, "mixed", 0, 0.6, 64, opening_frac=0.1), range(2000))]
+    reasoned = [taught for _, c, taught in rare if c[0] == think_id]
+    assert 0.06 < sum(reasoned) / len(reasoned) < 0.14 and all(t for _, c, t in rare if c[0] != think_id)
+    default = [e for e, _ in zip(sft.sft_examples(enc, "mixed", 0, 0.6, 64), range(300))]
+    assert [(p, c) for p, c, _ in default] == [(p, c) for p, c, _ in rare[:300]] and all(t for *_, t in default)
+    x, y, mask, loss_mask = sft.make_batch([(p, c, False) for p, c, _ in rare[:2]] + [rare[0][:2] + (True,)], 0)
+    first = len(rare[0][0]) - 1  # the position whose target is the completion's first token
+    assert not loss_mask[0, first] and loss_mask[0, first + 1] and loss_mask[2, first]
 
 
 def test_label_smoothing_leaves_mass_on_ids_the_data_never_shows(tmp_path):
