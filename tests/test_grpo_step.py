@@ -110,6 +110,18 @@ def test_later_updates_see_the_policy_move_away_from_pi_old(enc, tiny_model, dig
     assert stats["clip_frac"] > 0 and stats["ppo_kl"] != 0
 
 
+def test_grad_norm_is_the_updates_mean_and_grad_norm_max_their_largest_before_clipping(enc, tiny_model, digit_reward,
+                                                                                      monkeypatch):
+    """Four updates under a clip at 0.01: the logged norms are those optimizer_step returns
+    (clip_grad_norm_'s, before clipping), their mean and their max (0 in a minibatch of equal rewards)."""
+    norms, real = [], grpo.optimizer_step
+    monkeypatch.setattr(grpo, "optimizer_step", lambda *a: norms.append(real(*a).item()) or torch.tensor(norms[-1]))
+    _, stats = run_step(enc, tiny_model(), GRPOConfig(**CFG, mu=2, minibatches=2, max_grad_norm=0.01), lr=5e-2)
+    assert len(norms) == 4 and max(norms) > 0.01 and len(set(norms)) > 2  # norms the clip cut, and they differ
+    assert stats["grad_norm"] == pytest.approx(sum(norms) / 4, rel=1e-6)
+    assert stats["grad_norm_max"] == pytest.approx(max(norms), rel=1e-6)
+
+
 @pytest.mark.parametrize("mask_truncated", [False, True])
 def test_loss_mask_is_the_completion_only(tiny_warm, monkeypatch, mask_truncated):
     """With the trained tiny warm start, 8 tokens end direct answers but truncate reasoned ones."""
