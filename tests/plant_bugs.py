@@ -92,7 +92,7 @@ BUGS = [
   "tests/test_whole_step.py -k resample"),
  ("A factored out of PPO's min", "grpo.py", "surr = torch.minimum(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)", "surr = torch.minimum(ratio, ratio.clamp(1 - eps_low, 1 + eps_high)) * adv",
   "tests/test_whole_step.py -k clip_zeroes"),
- ("clip_high ignored", "grpo.py", "return cfg.clip, cfg.clip if cfg.clip_high is None else cfg.clip_high", "return cfg.clip, cfg.clip",
+ ("clip_high ignored", "config.py", "return self.clip, self.clip if self.clip_high is None else self.clip_high", "return self.clip, self.clip",
   "tests/test_whole_step.py -k clip_high"),
  ("dual clip not passed", "grpo.py", "surrogate, low, high = clipped_objective(ratio, A, eps_low, eps_high, cfg.dual_clip)", "surrogate, low, high = clipped_objective(ratio, A, eps_low, eps_high)",
   "tests/test_whole_step.py -k dual_clip"),
