@@ -7,7 +7,7 @@
 
 Sections 1-4 are the chapter's GRPO. Every variant is a flag on the one function that holds its
 idea (`--ratio-level` on `policy_ratio`, `--kl-estimator` on `kl_penalty`, ...); those with a function
-of their own (other objectives, GDPO, the off-policy corrections, the exact KL) follow
+of their own (other objectives, GDPO, the off-policy corrections, the rollout lag, the exact KL) follow
 in section 5; one that is off costs nothing and logs nothing. What a step logs is stats.py's. Where
 this departs from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/):
 1. The learner scores log-probs at the sampler's temperature, so the sampler and the learner describe
@@ -37,8 +37,8 @@ from rollouts import minibatch_rows, rollout, sample_batch
 from stats import StepStats, batch_stats, update_stats
 
 
-def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator):
-    """One GRPO step -> (the step's Rollouts, {statistic: float}):
+def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator, lagged=None):
+    """One GRPO step -> (the Rollouts it trained on, {statistic: float}):
 
         sample G answers to each of n_prompts problems, score them        (rollouts.py)
         A = their group-relative advantages                                 1.
@@ -47,14 +47,18 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
         ratio pi_theta / pi_old times A (+ beta KL to pi_ref), a mean (3.), a step (4.)
 
     pi_old is the policy as the step found it: it samples the answers and stays every update's old policy
-    while the updates change it in place (--resample-epochs: sample afresh from a frozen copy). policy_ddp:
-    the policy, under torchrun wrapped in DDP (distributed.wrap), whose backward averages the gradients over
-    the ranks; in one process, the policy itself.
+    while the updates change it in place (--resample-epochs: sample afresh from a frozen copy; --rollout-lag:
+    train on an older batch, pi_old the policy that sampled it; `lagged`, a collections.deque the caller
+    keeps across steps, holds the batches: `lagged_batch`). policy_ddp: the policy, under torchrun wrapped
+    in DDP (distributed.wrap), whose backward averages the gradients over the ranks; in one process, itself.
     """
     policy = unwrap(policy_ddp)  # sampling and the no-grad passes need no gradient all-reduce
     pi_old = copy.deepcopy(policy).requires_grad_(False) if cfg.resample_epochs and cfg.mu > 1 else policy
     first_batch, zero_std = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
-    stats, batch = StepStats(), first_batch
+    stats = StepStats()
+    if cfg.rollout_lag:  # an asynchronous trainer: train on the batch sampled K steps ago
+        first_batch, zero_std = lagged_batch(policy, first_batch, zero_std, lagged, cfg, stats)
+    batch = first_batch
     for epoch in range(cfg.mu):
         if epoch > 0 and cfg.resample_epochs:  # the book's inner epochs: new answers to the same prompts
             batch = rollout(pi_old, enc, first_batch.problems[::cfg.group_size], cfg, generator)
@@ -63,10 +67,13 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
             loss_mask = batch.loss_mask & ~batch.truncated[:, None] if cfg.mask_truncated else batch.loss_mask
             row_sets = same_count(minibatch_rows(len(adv), cfg.group_size, cfg.minibatches))  # K tensors of rows
             ref_logp = logprobs_no_grad(ref_policy, batch, loss_mask, cfg) if cfg.kl > 0 else None  # (B, T)
-            # Until the first update the policy *is* pi_old: when that update sees every row, its own forward
-            # gives pi_old's log-probs (a pass of their own: the same numbers, and 10-16% of a default step)
-            first_update_is_pi_old = epoch == 0 and len(row_sets) == 1
-            old_logp = None if first_update_is_pi_old else logprobs_no_grad(pi_old, batch, loss_mask, cfg)  # (B, T)
+            # Until the first update the policy *is* pi_old (not a lagged batch's): when that update sees every row,
+            # its own forward gives pi_old's log-probs (a separate pass: the same numbers, 10-16% of a default step)
+            first_update_is_pi_old = epoch == 0 and len(row_sets) == 1 and not cfg.rollout_lag
+            if first_update_is_pi_old:
+                old_logp = None  # the first update's own, below
+            else:  # (B, T) a lagged batch's pi_old, taken when it was sampled, or a pass of pi_old's
+                old_logp = batch.behaviour_logp if cfg.rollout_lag else logprobs_no_grad(pi_old, batch, loss_mask, cfg)
         for rows in row_sets:
             stats.next_update()
             logp, entropy = batch_logprobs(policy_ddp, batch, rows, loss_mask, cfg)  # pi_theta (b, T), with gradient
@@ -409,9 +416,21 @@ def off_policy_keep(logp, sampler_logp, adv, loss_mask, delta):
         keep_i = 0  if  A_i < 0  and  (1/|o_i|) sum_t (log pi_sampler - log pi)(o_t) > delta
 
     (the sampler-side estimate, as in the book's deepseek_v32_style.py). Negative samples the policy has
-    already moved far away from teach it mostly noise. (B,) float."""
+    already moved far away from (with --rollout-lag, K steps of updates) teach it mostly noise. (B,) float."""
     kl = sequence_mean(sampler_logp - logp, loss_mask)[:, 0]  # (B,)
     return (~((adv < 0) & (kl > delta))).to(logp.dtype)
+
+
+def lagged_batch(policy, batch, zero_std, lagged, cfg, stats):
+    """--rollout-lag K, an asynchronous trainer's rollouts: the step's new batch joins the queue `lagged`
+    with pi_old's log-probs (the learner's forward on the weights that sampled it, before any update), and
+    the step trains on the batch sampled K steps ago; while the queue fills, on the oldest it holds (lags
+    0, 1, .., K). -> (that batch, its zero_std). Under torchrun each rank keeps its own queue."""
+    batch.behaviour_logp = logprobs_no_grad(policy, batch, batch.loss_mask, cfg)  # (B, T)
+    lagged.append((batch, zero_std))
+    lag = len(lagged) - 1  # steps since the oldest batch held was sampled
+    stats.max("rollout_lag", lag)
+    return lagged.popleft() if lag == cfg.rollout_lag else lagged[0]
 
 
 @torch.no_grad()

@@ -4,6 +4,7 @@ pi_old is fixed across updates, minibatches split whole groups, the loss mask is
 completion only, the KL uses the reference, the sampler and the learner describe the
 same distribution, CISPO's weight carries no gradient, statistics ignore padding.
 """
+import collections
 import copy
 import dataclasses
 import math
@@ -327,6 +328,42 @@ def test_an_off_correction_costs_nothing_and_logs_nothing(enc, tiny_model, digit
     _, logged = run_step(enc, tiny_model(), GRPOConfig(**CFG, mu=2, minibatches=2, top_p=0.8, **extra))
     assert len(tis) == len(keep) == (4 if on else 0)
     assert ("off_policy_masked_frac" in logged) == on
+
+
+def lagged_steps(enc, model, cfg, seeds, lr=5e-2):
+    """Steps of one run (with --rollout-lag, one queue) -> [(batch sampled, batch trained on, stats)]."""
+    opt, lagged, out = torch.optim.Adam(model.parameters(), lr=lr), collections.deque(), []
+    for seed in seeds:
+        stream = tasks.problems("easy", seed)
+        trained, logged = grpo.grpo_step(model, None, opt, enc, lambda: next(stream), 4, cfg,
+                                         torch.Generator().manual_seed(seed), lagged)
+        out.append((lagged[-1][0] if cfg.rollout_lag else trained, trained, logged))
+    return out
+
+
+def test_rollout_lag_fills_its_queue_then_trains_k_steps_behind(enc, tiny_model, digit_reward):
+    """K = 2: steps 1-3 train on step 1's batch (lags 0, 1, 2 while the queue fills), step 4 on step 2's;
+    from step 2 the learner has moved since the batch was drawn, so the first update's ratio leaves 1."""
+    steps = lagged_steps(enc, tiny_model(), GRPOConfig(**CFG, mu=1, rollout_lag=2), seeds=[0, 1, 2, 3])
+    sampled = [b for b, _, _ in steps]
+    assert [s["rollout_lag"] for _, _, s in steps] == [0, 1, 2, 2]
+    assert [t for _, t, _ in steps] == [sampled[0]] * 3 + [sampled[1]]  # (the same objects)
+    assert torch.equal(steps[3][1].tokens, sampled[1].tokens) and not torch.equal(sampled[1].tokens, sampled[3].tokens)
+    assert steps[0][2]["ratio_min"] == steps[0][2]["ratio_max"] == 1.0  # lag 0: pi_old is the policy itself
+    for _, _, logged in steps[1:]:
+        assert logged["ratio_max"] > 1.01 or logged["ratio_min"] < 0.99
+        assert logged["ppo_kl"] != 0 and logged["sampler_gap"] < 1e-5  # off pi_old, not off the sampler
+
+
+def test_the_off_policy_mask_fires_on_a_lagged_batch(enc, tiny_model, digit_reward):
+    """DeepSeek-V3.2's case: the learner's log-probs against the sampler's. On-policy at one update a step
+    they are equal and no answer is dropped; one step behind, the policy has moved and negative answers go."""
+    cfg = GRPOConfig(**CFG, mu=1, off_policy_mask=1e-3)
+    on = lagged_steps(enc, tiny_model(), cfg, seeds=[0, 1, 2])
+    off = lagged_steps(enc, tiny_model(), dataclasses.replace(cfg, rollout_lag=1), seeds=[0, 1, 2])
+    assert [s["off_policy_masked_frac"] for _, _, s in on] == [0.0, 0.0, 0.0]
+    assert off[0][2]["off_policy_masked_frac"] == 0.0  # lag 0
+    assert all(s["off_policy_masked_frac"] > 0 for _, _, s in off[1:])
 
 
 def test_the_mismatch_diagnostics_on_a_hand_built_batch():
