@@ -185,6 +185,9 @@ def check_args(args):
         raise ValueError("--clip and --clip-high must be >= 0")
     if args.tis_cap < 0 or args.off_policy_mask < 0:
         raise ValueError("--tis-cap and --off-policy-mask must be >= 0")
+    if args.rollout_lag is not None and args.rollout_lag < 1:
+        raise ValueError(f"--rollout-lag must be >= 1, got {args.rollout_lag}: a lag of 0 is the on-policy default, "
+                         "so leave the flag off")
     if args.task == "math" and not (args.data and args.model):
         raise ValueError("--task math needs --data FILE (problems and answers) and --model FOLDER (the book's model)")
     if args.task != "math" and (args.data or args.eval_data):
@@ -239,6 +242,9 @@ def refuse_contradictions(args):
     if args.sampler_dtype in ("int8", "fp8") and args.dtype == "bfloat16":
         raise ValueError(f"--sampler-dtype {args.sampler_dtype} rounds an fp32 policy's weights to 8 bits beside the "
                          "fp32 learner, but --dtype bfloat16 makes the learner bf16: use --dtype float32")
+    if args.rollout_lag and args.resample_epochs and args.mu > 1:
+        raise ValueError("--rollout-lag trains on a batch sampled steps ago, but --resample-epochs samples each epoch "
+                         "afresh from the current policy: use one or the other (--no-resample-epochs)")
     if args.keep_sampling_mask and args.top_p >= 1 and args.top_k <= 0:
         raise ValueError("--keep-sampling-mask keeps the support top-p / top-k sampled from, but neither cuts one "
                          "(--top-p 1, --top-k 0): it would change nothing and cost B x T x V bools")
@@ -439,6 +445,9 @@ def resume_state(args):
     if ignored and distributed.rank() == 0:
         print(f"train.py: warning: {', '.join(ignored)} ignored: a resumed run keeps its saved flags (only --steps, "
               "--threads and --device apply)", file=sys.stderr)
+    if saved.rollout_lag:
+        raise ValueError(f"--resume: {run_dir} trains with --rollout-lag, whose queue of sampled batches is not in "
+                         f"its checkpoint; start a new run from its weights with --init {path}")
     check_args(saved)  # before the run folder is touched: a refused run loses nothing
     warn_inert_flags(saved)
     if distributed.rank() == 0:  # the one writer of the run folder

@@ -86,6 +86,9 @@ class GRPOConfig:
     off_policy_mask: float = knob("off-policy corrections", float("inf"), "delta: drop negative-advantage sequences "
                                   "whose KL to the sampler exceeds it (DeepSeek-V3.2)", inf="off")
     kl_reweight: bool = knob("off-policy corrections", False, "weight the KL estimate by pi / pi_old (DeepSeek-V3.2)")
+    rollout_lag: int = knob("off-policy corrections", None, "K: the learner trains on the rollouts sampled K steps ago, "
+                            "as an asynchronous trainer does; pi_old is the policy that sampled them (default: off, "
+                            "on-policy; a run with a lag cannot --resume: its queue of batches is not saved)", type=int)
     # optimisation
     lr: float = knob("optimisation", 1e-4, "Adam learning rate")
     max_grad_norm: float = knob("optimisation", 1.0, "gradient clipping", inf="no clipping")

@@ -5,25 +5,22 @@
 
     python train.py --clip 0.2 --kl 0.0      # config.GRPOConfig's fields are the flags; --help lists them
 
-Sections 1-4 are the chapter's GRPO. Every variant is a flag on the one function that
-holds its idea (`--ratio-level` on `policy_ratio`, `--kl-estimator` on `kl_penalty`, ...);
-those with a function of their own (other objectives, GDPO, the off-policy corrections,
-the exact KL) follow in section 5; one that is off costs nothing and logs nothing. What a
-step logs is stats.py's. Where this departs from the book's scripts
-(rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/):
-1. The learner scores log-probs at the sampler's temperature, so the sampler and the
-   learner describe one distribution. The book samples at T 0.8 with top-p 0.9 and
-   scores at T 1 over the full vocabulary: `--learner-temperature 1` (`learner_temperature`).
-2. Epochs reuse one rollout (`--mu`, `--minibatches`, as TRL and verl do); the book's
-   `--inner_epochs` sample again from a frozen copy: `--resample-epochs` (`grpo_step`).
-3. The ratio is per token (GRPO); the book's summed sequence ratio is `--ratio-level
-   sequence`, its `torch.where` objective `--objective book` (`book_objective`).
-4. The KL is Schulman's k3 per token; the book's k1 on summed log-probs is
-   `--kl-estimator k1 --kl-level sequence` (`kl_penalty`). A reference model exists only
-   when beta > 0, as in `7_5_plus_kl.py`.
-5. Log-probs come from kernels that never materialise an (N, V) log-softmax, only for
-   completion rows (`token_logprobs`); `token_logprobs_reference` is the textbook
-   log_softmax they compute, and the tests hold the two equal.
+Sections 1-4 are the chapter's GRPO. Every variant is a flag on the one function that holds its
+idea (`--ratio-level` on `policy_ratio`, `--kl-estimator` on `kl_penalty`, ...); those with a function
+of their own (other objectives, GDPO, the off-policy corrections, the rollout lag, the exact KL) follow
+in section 5; one that is off costs nothing and logs nothing. What a step logs is stats.py's. Where
+this departs from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/):
+1. The learner scores log-probs at the sampler's temperature, so the sampler and the learner describe
+   one distribution. The book samples at T 0.8 with top-p 0.9 and scores at T 1 over the full
+   vocabulary: `--learner-temperature 1` (`learner_temperature`).
+2. Epochs reuse one rollout (`--mu`, `--minibatches`, as TRL and verl do); the book's `--inner_epochs`
+   sample again from a frozen copy: `--resample-epochs` (`grpo_step`).
+3. The ratio is per token (GRPO); the book's summed sequence ratio is `--ratio-level sequence`, its
+   `torch.where` objective `--objective book` (`book_objective`).
+4. The KL is Schulman's k3 per token; the book's k1 on summed log-probs is `--kl-estimator k1
+   --kl-level sequence` (`kl_penalty`). A reference model exists only when beta > 0, as in `7_5_plus_kl.py`.
+5. Log-probs come from kernels that never materialise an (N, V) log-softmax, only for completion rows
+   (`token_logprobs`); `token_logprobs_reference` is the textbook log_softmax they compute (tests: equal).
 Many processes (torchrun): distributed.py says how each normaliser is made global.
 """
 import copy
@@ -40,8 +37,8 @@ from rollouts import minibatch_rows, rollout, sample_batch
 from stats import StepStats, batch_stats, update_stats
 
 
-def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator):
-    """One GRPO step -> (the step's Rollouts, {statistic: float}):
+def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator, lagged=None):
+    """One GRPO step -> (the Rollouts it trained on, {statistic: float}):
 
         sample G answers to each of n_prompts problems, score them        (rollouts.py)
         A = their group-relative advantages                                 1.
@@ -49,15 +46,19 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
         mu epochs of K minibatch updates: pi_theta's log-probs (2.), the clipped
         ratio pi_theta / pi_old times A (+ beta KL to pi_ref), a mean (3.), a step (4.)
 
-    pi_old is the policy as the step found it: it samples the answers and stays every update's old
-    policy while the updates change it in place (--resample-epochs: sample afresh from a frozen copy).
-    policy_ddp: the policy, under torchrun wrapped in DDP (distributed.wrap), whose backward
-    averages the gradients over the ranks; in one process, the policy itself.
+    pi_old is the policy as the step found it: it samples the answers and stays every update's old policy
+    while the updates change it in place (--resample-epochs: sample afresh from a frozen copy; --rollout-lag:
+    train on an older batch, pi_old the policy that sampled it; `lagged`, a collections.deque the caller
+    keeps across steps, holds the batches: `lagged_batch`). policy_ddp: the policy, under torchrun wrapped
+    in DDP (distributed.wrap), whose backward averages the gradients over the ranks; in one process, itself.
     """
     policy = unwrap(policy_ddp)  # sampling and the no-grad passes need no gradient all-reduce
     pi_old = copy.deepcopy(policy).requires_grad_(False) if cfg.resample_epochs and cfg.mu > 1 else policy
     first_batch, zero_std = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
-    stats, batch = StepStats(), first_batch
+    stats = StepStats()
+    if cfg.rollout_lag:  # an asynchronous trainer: train on the batch sampled K steps ago
+        first_batch, zero_std = lagged_batch(policy, first_batch, zero_std, lagged, cfg, stats)
+    batch = first_batch
     for epoch in range(cfg.mu):
         if epoch > 0 and cfg.resample_epochs:  # the book's inner epochs: new answers to the same prompts
             batch = rollout(pi_old, enc, first_batch.problems[::cfg.group_size], cfg, generator)
@@ -66,10 +67,13 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
             loss_mask = batch.loss_mask & ~batch.truncated[:, None] if cfg.mask_truncated else batch.loss_mask
             row_sets = same_count(minibatch_rows(len(adv), cfg.group_size, cfg.minibatches))  # K tensors of rows
             ref_logp = logprobs_no_grad(ref_policy, batch, loss_mask, cfg) if cfg.kl > 0 else None  # (B, T)
-            # Until the first update the policy *is* pi_old: when that update sees every row, its own forward
-            # gives pi_old's log-probs (a pass of their own: the same numbers, and 10-16% of a default step)
-            first_update_is_pi_old = epoch == 0 and len(row_sets) == 1
-            old_logp = None if first_update_is_pi_old else logprobs_no_grad(pi_old, batch, loss_mask, cfg)  # (B, T)
+            # Until the first update the policy *is* pi_old (not a lagged batch's): when that update sees every row,
+            # its own forward gives pi_old's log-probs (a separate pass: the same numbers, 10-16% of a default step)
+            first_update_is_pi_old = epoch == 0 and len(row_sets) == 1 and not cfg.rollout_lag
+            if first_update_is_pi_old:
+                old_logp = None  # the first update's own, below
+            else:  # (B, T) a lagged batch's pi_old, taken when it was sampled, or a pass of pi_old's
+                old_logp = batch.behaviour_logp if cfg.rollout_lag else logprobs_no_grad(pi_old, batch, loss_mask, cfg)
         for rows in row_sets:
             stats.next_update()
             logp, entropy = batch_logprobs(policy_ddp, batch, rows, loss_mask, cfg)  # pi_theta (b, T), with gradient
@@ -100,10 +104,9 @@ def advantages(batch, cfg):
 def group_advantages(rewards, G, norm="group", eps=1e-4):
     """GRPO's group-relative advantage, one per completion. rewards (B,), B = n_groups * G.
 
-    A_i = (r_i - mean(r of its group)) / (std + eps), with std over the group ("group",
-    DeepSeekMath), over the whole batch ("batch"), or no division at all ("none",
-    Dr. GRPO: dividing by a small std makes near-unanimous groups dominate).
-    """
+    A_i = (r_i - mean(r of its group)) / (std + eps), with std over the group ("group", DeepSeekMath),
+    over the whole batch ("batch"), or no division at all ("none", Dr. GRPO: dividing by a small std
+    makes near-unanimous groups dominate)."""
     r = rewards.view(-1, G)  # (n_groups, G)
     centred = r - r.mean(1, keepdim=True)
     if norm == "group":
@@ -120,10 +123,9 @@ def group_advantages(rewards, G, norm="group", eps=1e-4):
 def token_logprobs_reference(model, tokens, mask, loss_mask, temperature=1.0, support=None):
     """log pi(target | prefix) and the entropy there, for the targets in loss_mask, the textbook way.
 
-    tokens, mask (B, L). The model reads tokens[:, :-1] and predicts the targets
-    tokens[:, 1:]; loss_mask (B, T = L - 1), made once in rollouts.py, marks the completion targets.
-    Returns logp, entropy (B, T), zero outside loss_mask: what token_logprobs computes fast.
-    """
+    tokens, mask (B, L). The model reads tokens[:, :-1] and predicts the targets tokens[:, 1:]; loss_mask
+    (B, T = L - 1), made once in rollouts.py, marks the completion targets. Returns logp, entropy (B, T),
+    zero outside loss_mask: what token_logprobs computes fast."""
     logp_all = vocab_logprobs(model, tokens, mask, loss_mask, temperature, support)  # (n, V)
     logp = logp_all.gather(-1, tokens[:, 1:][loss_mask][:, None])[:, 0]  # (n,) the sampled token's
     entropy = -(logp_all.exp() * logp_all.nan_to_num(neginf=0.0)).sum(-1)  # (n,) 0 log 0 = 0 off the support
@@ -132,10 +134,9 @@ def token_logprobs_reference(model, tokens, mask, loss_mask, temperature=1.0, su
 
 
 def vocab_logprobs(model, tokens, mask, loss_mask, temperature=1.0, support=None):
-    """(n, V) log pi(v | prefix) of every token v of the vocabulary at the n completion
-    positions of loss_mask: log_softmax(logits / temperature). support (B, T, V) bool,
-    DeepSeek-V3.2's "keep sampling mask": only the tokens top-k / top-p left at sampling
-    time (the rest -inf), the distribution the sampler really drew from."""
+    """(n, V) log pi(v | prefix) of every token v of the vocabulary at the n completion positions of
+    loss_mask: log_softmax(logits / temperature). support (B, T, V) bool, DeepSeek-V3.2's "keep sampling
+    mask": only the tokens top-k / top-p left at sampling time (the rest -inf), what the sampler drew from."""
     h = model(tokens[:, :-1], mask[:, :-1], hidden=True)[loss_mask]  # (n, d) completion positions only
     logits = h @ model.lm_head_weight.t() / temperature  # (n, V)
     if support is not None:
@@ -144,11 +145,10 @@ def vocab_logprobs(model, tokens, mask, loss_mask, temperature=1.0, support=None
 
 
 def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, support=None):
-    """token_logprobs_reference's (B, T) logp and entropy, fast: the kernels never make the
-    (n, V) log-softmax (kernels/logprobs.py), and fused=True goes from the hidden states
-    straight to log-probs (kernels/linear_logprobs.py), so not even the (n, V) logits exist.
-    Only completion positions reach the LM head: prompt and padding cost no (V)-sized work.
-    A kept support needs the (n, V) logits, and one byte per logit kept."""
+    """token_logprobs_reference's (B, T) logp and entropy, fast: the kernels never make the (n, V) log-softmax
+    (kernels/logprobs.py), and fused=True (kernels/linear_logprobs.py) goes from the hidden states straight to
+    log-probs, so not even the (n, V) logits exist. Only completion positions reach the LM head: prompt and
+    padding cost no (V)-sized work. A kept support needs the (n, V) logits, and its mask one byte per logit."""
     h = model(tokens[:, :-1], mask[:, :-1], hidden=True)  # (B, T, d)
     h, targets = h[loss_mask], tokens[:, 1:][loss_mask]  # (n, d), (n,): completion positions only
     if fused and support is None:
@@ -163,9 +163,8 @@ def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, 
 
 
 def batch_logprobs(model, batch, rows, loss_mask, cfg):
-    """(b, T) log-probs and entropies of some rows of a batch under model (pi_theta, pi_old or
-    pi_ref), as the learner sees them: at learner_temperature(cfg), over the sampler's support
-    with --keep-sampling-mask."""
+    """(b, T) log-probs and entropies of some rows of a batch under model (pi_theta, pi_old or pi_ref), as
+    the learner sees them: at learner_temperature(cfg), over the sampler's support with --keep-sampling-mask."""
     support = None if batch.support is None else batch.support[rows]
     return token_logprobs(model, batch.tokens[rows], batch.mask[rows], loss_mask[rows], learner_temperature(cfg),
                           cfg.fused_head, support)
@@ -178,8 +177,7 @@ def logprobs_no_grad(model, batch, loss_mask, cfg):
 
 
 def learner_temperature(cfg):
-    """The temperature of the learner's log-probs: the sampler's, unless --learner-temperature
-    sets its own (the book samples at 0.8 and scores at 1)."""
+    """The learner's temperature: the sampler's, unless --learner-temperature sets one (the book scores at 1)."""
     return cfg.temperature if cfg.learner_temperature is None else cfg.learner_temperature
 
 
@@ -200,10 +198,9 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
 
         loss = -mean( clipped(pi / pi_old) * A )  +  beta * mean( KL(pi || pi_ref) )  [- alpha * mean(entropy)]
 
-    loss_mask (B, T) marks the completion tokens; adv (B,); entropy (B, T) is for the entropy
-    bonus. sampler_logp (B, T), what the sampler drew each token with, is for the off-policy
-    corrections (section 5): --off-policy-mask drops answers (A = 0), --tis-cap weighs each
-    token's policy-gradient term.
+    loss_mask (B, T) marks the completion tokens; adv (B,); entropy (B, T) is for the entropy bonus.
+    sampler_logp (B, T), what the sampler drew each token with, is for the off-policy corrections
+    (section 5): --off-policy-mask drops answers (A = 0), --tis-cap weighs each token's policy-gradient term.
     """
     beta, alpha = cfg.kl, cfg.entropy_coef  # the flags --kl and --entropy-coef
     kept = None
@@ -242,9 +239,8 @@ def policy_ratio(logp, old_logp, mask, level="token"):
 
     token:    r_t = exp(logp_t - old_logp_t)                         (PPO / GRPO)
     gspo:     s = exp(mean_t (logp_t - old_logp_t)), length-normalised (GSPO)
-    sequence: s = exp(sum_t (logp_t - old_logp_t)), the book's whole-sequence ratio, whose
-              log-ratio grows with length, so long answers are clipped far more often.
-    """
+    sequence: s = exp(sum_t (logp_t - old_logp_t)), the book's whole-sequence ratio, whose log-ratio
+              grows with length, so long answers are clipped far more often."""
     log_r = (logp - old_logp) * mask  # (B, T)
     if level == "gspo":
         log_r = sequence_mean(log_r, mask)  # (B, 1)
@@ -261,16 +257,13 @@ def safe_exp(log_x, max_log=20.0):
 
 
 def clipped_objective(ratio, adv, eps_low, eps_high, dual_clip=0.0):
-    """PPO's clipped surrogate, to be maximised: min(r * A, clip(r, 1-eps_low, 1+eps_high) * A).
-    -> (surrogate, low, high): low / high mark where a bound binds. ratio (B, T) or (B, 1),
-    adv (B, 1); each output their broadcast shape.
+    """PPO's clipped surrogate, to be maximised: min(r * A, clip(r, 1-eps_low, 1+eps_high) * A) -> (surrogate,
+    low, high), of the broadcast shape of ratio (B, T) or (B, 1) and adv (B, 1); low / high: where a bound binds.
 
-    The min is the pessimistic bound for both signs of A: for A > 0 the ratio stops
-    earning once r > 1+eps_high, for A < 0 once r < 1-eps_low; there the gradient is
-    zero, and a ratio that moved the *wrong* way is never clipped.
-    Dual clip (c > 1): for A < 0 the objective is also bounded below by c * A, which binds
-    (on the high side) once r > c.
-    """
+    The min is the pessimistic bound for both signs of A: for A > 0 the ratio stops earning once
+    r > 1+eps_high, for A < 0 once r < 1-eps_low; there the gradient is zero, and a ratio that moved
+    the *wrong* way is never clipped. Dual clip (c > 1): for A < 0 the objective is also bounded
+    below by c * A, which binds (on the high side) once r > c."""
     surr = torch.minimum(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
     low, high = (ratio < 1 - eps_low) & (adv < 0), (ratio > 1 + eps_high) & (adv > 0)
     if dual_clip > 0:
@@ -286,17 +279,16 @@ def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=Non
     With log r = log pi_ref - log pi:
       k1 = -log r                 unbiased, can be negative, high variance
       k2 = (log r)^2 / 2          biased, always >= 0
-      k3 = r - 1 - log r          unbiased, always >= 0, low variance (GRPO's choice; r from
-                                  a clamped log r, so exp cannot overflow)
-    "From samples of pi": the gradient of k1 is grad log pi, whose mean over samples of pi
-    is zero. Over samples of another distribution q (a sampler at a lower temperature,
-    or top-p) it is not: minimising k1 then lowers log pi where q draws, flattening pi.
+      k3 = r - 1 - log r          unbiased, always >= 0, low variance (GRPO's choice; r = safe_exp(log r))
+    "From samples of pi": the gradient of k1 is grad log pi, whose mean over samples of pi is zero. Over
+    samples of another distribution q (a sampler at a lower temperature, or top-p) it is not: minimising
+    k1 then lowers log pi where q draws, flattening pi.
 
-    level "sequence" (the book's 7_5_plus_kl.py): log pi and log pi_ref are summed over
-    each answer's tokens first, and the estimator sees one log r per answer.
-    old_logp given (--kl-reweight, DeepSeek-V3.2): the tokens were sampled from pi_old,
-    not pi, so once updates go off-policy E_{pi_old}[k3] is the KL of the wrong policy, and
-    its gradient is biased. Weighting by the importance ratio at the same level fixes both:
+    level "sequence" (the book's 7_5_plus_kl.py): log pi and log pi_ref are summed over each answer's
+    tokens first, and the estimator sees one log r per answer. old_logp given (--kl-reweight,
+    DeepSeek-V3.2): the tokens were sampled from pi_old, not pi, so once updates go off-policy
+    E_{pi_old}[k3] is the KL of the wrong policy, and its gradient is biased. Weighting by the
+    importance ratio at the same level fixes both:
         E_{y ~ pi_old}[ (pi(y) / pi_old(y)) * k3(y) ] = E_{y ~ pi}[ k3(y) ] = KL(pi || pi_ref)
     The ratio keeps its gradient (the estimate is a function of pi through both factors).
     """
@@ -322,18 +314,16 @@ def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=Non
 def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
     """Reduce a (B, T) per-token loss over the completion tokens (mask) to a scalar.
 
-    seq_mean:   mean over each sequence's tokens, then over sequences (GRPO); a token of
-                a short answer weighs more than one of a long answer.
+    seq_mean:   mean over each sequence's tokens, then over sequences (GRPO); a token of a short answer
+                weighs more than one of a long answer.
     token_mean: sum over all tokens / number of tokens (DAPO); every token weighs the same.
-    constant:   sum over all tokens / (B * max_len) (Dr. GRPO); no length normalisation
-                at all, so length carries no bias into the gradient.
-    Each is a mean of a sum over this batch's rows, and under torchrun over every rank's
-    rows (global_mean).
+    constant:   sum over all tokens / (B * max_len) (Dr. GRPO); no length normalisation at all, so
+                length carries no bias into the gradient.
+    Each is a mean of a sum over this batch's rows, and under torchrun over every rank's rows (global_mean).
 
-    A per-sequence term (the gspo or sequence ratio's objective, the sequence-level KL: one
-    value per answer, broadcast over its tokens) is weighed once per answer only by seq_mean;
-    token_mean and constant would count it once per token, and cli.py refuses them.
-    """
+    A per-sequence term (the gspo or sequence ratio's objective, the sequence-level KL: one value per
+    answer, broadcast over its tokens) is weighed once per answer only by seq_mean; token_mean and
+    constant would count it once per token, and cli.py refuses them."""
     mask = mask.to(token_loss.dtype)
     if mode == "seq_mean":
         return global_mean(sequence_mean(token_loss, mask).sum(), mask.shape[0])
@@ -353,9 +343,9 @@ def sequence_mean(x, mask):
 # ---------------------------------------------------------------- 4. the update
 
 def optimizer_step(model, opt, loss, max_grad_norm, update=1, updates=1):
-    """Backward, clip the gradient norm, step. Raises FloatingPointError before the step if
-    the loss or the gradient is not finite, saying which of the step's updates it was: the
-    ones before it did change the weights."""
+    """Backward, clip the gradient norm, step -> the norm before clipping. Raises FloatingPointError before
+    the step if the loss or the gradient is not finite, saying which of the step's updates it was: the ones
+    before it did change the weights."""
     opt.zero_grad(set_to_none=True)
     loss.backward()  # under DDP: the gradients arrive averaged over the ranks
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
@@ -375,10 +365,9 @@ def gdpo_advantages(terms, weights, G, norm="group"):
 
         A = norm( sum_k w_k * (r_k - mean_group(r_k)) / (std_group(r_k) + eps) )
 
-    With one sum-then-normalise, a dense term (format, paid on most samples) sets the
-    group's std and drowns the sparse one (correctness); here each term gets its own
-    scale first. A term that is constant within a group contributes 0 there.
-    terms: name -> (B,); weights: name -> float.
+    With one sum-then-normalise, a dense term (format, paid on most samples) sets the group's std and
+    drowns the sparse one (correctness); here each term gets its own scale first. A term that is
+    constant within a group contributes 0 there. terms: name -> (B,); weights: name -> float.
     """
     total = sum(w * group_advantages(terms[k], G, "group") for k, w in weights.items() if w != 0)  # (B,)
     return group_advantages(total, G, norm)
@@ -389,12 +378,10 @@ def book_objective(ratio, adv, eps_low, eps_high):
 
         torch.where(A >= 0, min(r A, clip(r) A), max(r A, clip(r) A))
 
-    For A >= 0 it is PPO's. For A < 0 the max of the two surrogates is A * min(r, clip(r)):
-    it clips where r has grown (r > 1+eps, a bad answer made likelier, exactly where PPO
-    keeps the gradient) and never where r has shrunk, the inverse of PPO. So for either
-    sign the gradient stops only once r > 1+eps_high (with the book's eps 10: r > 11).
-    -> (surrogate, low, high) as clipped_objective; low never binds.
-    """
+    For A >= 0 it is PPO's. For A < 0 the max of the two surrogates is A * min(r, clip(r)): it clips where r
+    has grown (r > 1+eps, a bad answer made likelier, exactly where PPO keeps the gradient) and never where r
+    has shrunk, the inverse of PPO. So for either sign the gradient stops only once r > 1+eps_high (with the
+    book's eps 10: r > 11). -> (surrogate, low, high) as clipped_objective; low never binds."""
     unclipped, clipped = ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv
     surr = torch.where(adv >= 0, torch.minimum(unclipped, clipped), torch.maximum(unclipped, clipped))
     high = (ratio > 1 + eps_high).expand_as(surr)
@@ -411,11 +398,11 @@ def cispo_objective(ratio, adv, logp, eps_low, eps_high):
 
 
 def tis_weights(old_logp, sampler_logp, cap):
-    """Truncated importance sampling (Yao et al. 2025), `--tis-cap C`: the tokens were drawn from the
-    sampler's distribution (after temperature, top-k, top-p; in another precision: --sampler-dtype),
-    not from the learner's pi_old. Each token's policy-gradient term is re-weighted towards the learner,
-    capped so that a rare token cannot blow up the update: w_t = min(pi_old(y_t) / pi_sampler(y_t), C),
-    (B, T), no gradient; cap <= 0: ones."""
+    """Truncated importance sampling (Yao et al. 2025), `--tis-cap C`: the tokens were drawn from the sampler's
+    distribution (after temperature, top-k, top-p; in another precision: --sampler-dtype), not from the
+    learner's pi_old. Each token's policy-gradient term is re-weighted towards the learner, capped so that a
+    rare token cannot blow up the update: w_t = min(pi_old(y_t) / pi_sampler(y_t), C), (B, T), no gradient;
+    cap <= 0: ones."""
     if cap <= 0:
         return torch.ones_like(old_logp)
     return safe_exp(old_logp - sampler_logp).clamp(max=cap)
@@ -428,10 +415,22 @@ def off_policy_keep(logp, sampler_logp, adv, loss_mask, delta):
 
         keep_i = 0  if  A_i < 0  and  (1/|o_i|) sum_t (log pi_sampler - log pi)(o_t) > delta
 
-    (the sampler-side estimate, as in the book's deepseek_v32_style.py). Negative samples
-    the policy has already moved far away from teach it mostly noise. (B,) float."""
+    (the sampler-side estimate, as in the book's deepseek_v32_style.py). Negative samples the policy has
+    already moved far away from (with --rollout-lag, K steps of updates) teach it mostly noise. (B,) float."""
     kl = sequence_mean(sampler_logp - logp, loss_mask)[:, 0]  # (B,)
     return (~((adv < 0) & (kl > delta))).to(logp.dtype)
+
+
+def lagged_batch(policy, batch, zero_std, lagged, cfg, stats):
+    """--rollout-lag K, an asynchronous trainer's rollouts: the step's new batch joins the queue `lagged`
+    with pi_old's log-probs (the learner's forward on the weights that sampled it, before any update), and
+    the step trains on the batch sampled K steps ago; while the queue fills, on the oldest it holds (lags
+    0, 1, .., K). -> (that batch, its zero_std). Under torchrun each rank keeps its own queue."""
+    batch.behaviour_logp = logprobs_no_grad(policy, batch, batch.loss_mask, cfg)  # (B, T)
+    lagged.append((batch, zero_std))
+    lag = len(lagged) - 1  # steps since the oldest batch held was sampled
+    stats.max("rollout_lag", lag)
+    return lagged.popleft() if lag == cfg.rollout_lag else lagged[0]
 
 
 @torch.no_grad()

@@ -35,6 +35,7 @@ class Rollouts:
     texts: list                 # (B,) completion strings
     problems: list              # (B,) tasks.Problem of each row
     prompt_len: int             # P
+    behaviour_logp: torch.Tensor = None  # (B, T) pi_old's log-probs, taken when sampled; None unless --rollout-lag
 
 
 def rollout(policy, enc, problems, cfg, generator):

@@ -31,6 +31,7 @@ moment leaves no gap or duplicate. Step s's problems and sampling noise are seed
 (seed, s) (and the rank), so a resumed run repeats the uninterrupted one exactly. Under
 torchrun only rank 0 writes the run folder (distributed.py says how the ranks agree).
 """
+import collections
 import contextlib
 import copy
 import json
@@ -85,6 +86,7 @@ def main(args):
         if rank == 0:
             append_jsonl(metrics_path, record)
     gen = torch.Generator(device=device)
+    lagged = collections.deque()  # --rollout-lag: batches sampled and not yet trained on (no checkpoint keeps them)
     saved_step = start_step if state is not None else None  # the step ckpt_latest.pt holds
     t0, step_times = time.time(), []
     for step in range(start_step + 1, args.steps + 1):
@@ -94,7 +96,7 @@ def main(args):
             with autocast(device):
                 batch, metrics = grpo.grpo_step(policy_ddp, ref_policy, opt, enc,
                                                 problem_source(args.level, args.seed, step, rank, pool),
-                                                args.prompts_per_step // n_ranks, cfg, gen)
+                                                args.prompts_per_step // n_ranks, cfg, gen, lagged)
         except FloatingPointError as e:
             raise SystemExit(f"step {step}: {e}; stopping. {last_good(args, run_dir, step, saved_step)}")
         step_times.append(time.time() - ts)

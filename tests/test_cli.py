@@ -50,7 +50,11 @@ def checked(argv, capsys):
     (["--sampler-dtype", "int8", "--dtype", "bfloat16"], "--dtype bfloat16 makes the learner bf16"),
     (["--dropout", "0.1", "--model", "qwen"], "the book's Qwen3 (--model) has no dropout"),
     (["--dropout", "1"], "--dropout must be in [0, 1), got 1.0"), (["--dropout", "-0.1"], "must be in [0, 1)"),
-    (["--dropout", "nan"], "--dropout must be in [0, 1), got nan")])
+    (["--dropout", "nan"], "--dropout must be in [0, 1), got nan"),
+    (["--rollout-lag", "0"], "--rollout-lag must be >= 1, got 0: a lag of 0 is the on-policy default"),
+    (["--rollout-lag", "-2"], "--rollout-lag must be >= 1, got -2"),
+    (["--rollout-lag", "1", "--resample-epochs"], "--resample-epochs samples each epoch afresh"),
+    (["--recipe", "book", "--rollout-lag", "2"], "use one or the other (--no-resample-epochs)")])
 def test_contradicting_flags_are_refused_in_one_line(argv, message, capsys):
     with pytest.raises(ValueError, match=re.escape(message)) as e:
         checked(argv, capsys)
@@ -61,7 +65,9 @@ def test_contradicting_flags_are_refused_in_one_line(argv, message, capsys):
                                   ["--kl", "0.1", "--kl-level", "sequence"], ["--dual-clip", "3"],
                                   ["--keep-sampling-mask", "--top-k", "20"], ["--keep-sampling-mask", "--top-p", "0.9"],
                                   ["--sampler-dtype", "fp8"], ["--sampler-dtype", "int8", "--dtype", "float32"],
-                                  ["--dropout", "0.1"]])
+                                  ["--dropout", "0.1"], ["--rollout-lag", "2", "--dynamic-sampling"],
+                                  ["--rollout-lag", "1", "--off-policy-mask", "0.1"],
+                                  ["--recipe", "book", "--rollout-lag", "1", "--no-resample-epochs"]])
 def test_the_same_flags_where_they_act_pass_silently(argv, capsys):
     assert checked(argv, capsys) == ""
 
@@ -142,6 +148,36 @@ def test_a_float_flag_given_nan_or_a_meaningless_inf_is_refused_before_anything_
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr == f"train.py: error: {message}\n"
     assert not os.listdir(tmp_path)  # no run folder
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--rollout-lag", "0"], "--rollout-lag must be >= 1, got 0: a lag of 0 is the on-policy default, so leave the "
+                             "flag off"),
+    (["--recipe", "book", "--rollout-lag", "1"], "--rollout-lag trains on a batch sampled steps ago, but "
+                                                 "--resample-epochs")])
+def test_a_refused_rollout_lag_exits_2_in_one_line_before_anything_is_written(argv, message, tmp_path):
+    out = subprocess.run([sys.executable, "train.py", *argv, "--runs-dir", str(tmp_path), "--run-name", "r"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and f"train.py: error: {message}" in out.stderr
+    assert not os.listdir(tmp_path)  # no run folder
+
+
+def test_a_run_with_a_rollout_lag_refuses_to_resume_and_leaves_its_folder_as_it_was(tmp_path):
+    """The queue of batches a lagged run trains on is not in its checkpoint: --resume is refused in one
+    line (exit 2), naming the weights a new run can start from, and the run's logs are not truncated."""
+    from model import GPT, GPTConfig, save_checkpoint
+    run_dir = tmp_path / "lagged"
+    saved = vars(cli.get_parser().parse_args(["--rollout-lag", "2"]))
+    model = GPT(GPTConfig(vocab_size=259, max_seq_len=16, n_layer=1, n_head=2, d_model=16))
+    save_checkpoint(str(run_dir / "ckpt_latest.pt"), model, {"optimizer": {}, "step": 1, "args": saved})
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')  # a resume would drop step 2
+    out = subprocess.run([sys.executable, "train.py", "--resume", str(run_dir)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert "queue of sampled batches is not in its checkpoint" in out.stderr
+    assert f"--init {run_dir / 'ckpt_latest.pt'}" in out.stderr
+    assert (run_dir / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n'
+    assert sorted(os.listdir(run_dir)) == ["ckpt_latest.pt", "metrics.jsonl"]
 
 
 def test_inf_passes_where_a_flags_help_says_what_it_means_and_the_error_says_the_same():

@@ -4,6 +4,7 @@ pi_old is fixed across updates, minibatches split whole groups, the loss mask is
 completion only, the KL uses the reference, the sampler and the learner describe the
 same distribution, CISPO's weight carries no gradient, statistics ignore padding.
 """
+import collections
 import copy
 import dataclasses
 import math
@@ -108,6 +109,18 @@ def test_later_updates_see_the_policy_move_away_from_pi_old(enc, tiny_model, dig
     _, stats = run_step(enc, tiny_model(), GRPOConfig(**CFG, mu=mu, minibatches=K, clip=0.05), lr=5e-2)
     assert stats["ratio_max"] > 1.05 or stats["ratio_min"] < 0.95
     assert stats["clip_frac"] > 0 and stats["ppo_kl"] != 0
+
+
+def test_grad_norm_is_the_updates_mean_and_grad_norm_max_their_largest_before_clipping(enc, tiny_model, digit_reward,
+                                                                                      monkeypatch):
+    """Four updates under a clip at 0.01: the logged norms are those optimizer_step returns
+    (clip_grad_norm_'s, before clipping), their mean and their max (0 in a minibatch of equal rewards)."""
+    norms, real = [], grpo.optimizer_step
+    monkeypatch.setattr(grpo, "optimizer_step", lambda *a: norms.append(real(*a).item()) or torch.tensor(norms[-1]))
+    _, stats = run_step(enc, tiny_model(), GRPOConfig(**CFG, mu=2, minibatches=2, max_grad_norm=0.01), lr=5e-2)
+    assert len(norms) == 4 and max(norms) > 0.01 and len(set(norms)) > 2  # norms the clip cut, and they differ
+    assert stats["grad_norm"] == pytest.approx(sum(norms) / 4, rel=1e-6)
+    assert stats["grad_norm_max"] == pytest.approx(max(norms), rel=1e-6)
 
 
 @pytest.mark.parametrize("mask_truncated", [False, True])
@@ -315,6 +328,42 @@ def test_an_off_correction_costs_nothing_and_logs_nothing(enc, tiny_model, digit
     _, logged = run_step(enc, tiny_model(), GRPOConfig(**CFG, mu=2, minibatches=2, top_p=0.8, **extra))
     assert len(tis) == len(keep) == (4 if on else 0)
     assert ("off_policy_masked_frac" in logged) == on
+
+
+def lagged_steps(enc, model, cfg, seeds, lr=5e-2):
+    """Steps of one run (with --rollout-lag, one queue) -> [(batch sampled, batch trained on, stats)]."""
+    opt, lagged, out = torch.optim.Adam(model.parameters(), lr=lr), collections.deque(), []
+    for seed in seeds:
+        stream = tasks.problems("easy", seed)
+        trained, logged = grpo.grpo_step(model, None, opt, enc, lambda: next(stream), 4, cfg,
+                                         torch.Generator().manual_seed(seed), lagged)
+        out.append((lagged[-1][0] if cfg.rollout_lag else trained, trained, logged))
+    return out
+
+
+def test_rollout_lag_fills_its_queue_then_trains_k_steps_behind(enc, tiny_model, digit_reward):
+    """K = 2: steps 1-3 train on step 1's batch (lags 0, 1, 2 while the queue fills), step 4 on step 2's;
+    from step 2 the learner has moved since the batch was drawn, so the first update's ratio leaves 1."""
+    steps = lagged_steps(enc, tiny_model(), GRPOConfig(**CFG, mu=1, rollout_lag=2), seeds=[0, 1, 2, 3])
+    sampled = [b for b, _, _ in steps]
+    assert [s["rollout_lag"] for _, _, s in steps] == [0, 1, 2, 2]
+    assert [t for _, t, _ in steps] == [sampled[0]] * 3 + [sampled[1]]  # (the same objects)
+    assert torch.equal(steps[3][1].tokens, sampled[1].tokens) and not torch.equal(sampled[1].tokens, sampled[3].tokens)
+    assert steps[0][2]["ratio_min"] == steps[0][2]["ratio_max"] == 1.0  # lag 0: pi_old is the policy itself
+    for _, _, logged in steps[1:]:
+        assert logged["ratio_max"] > 1.01 or logged["ratio_min"] < 0.99
+        assert logged["ppo_kl"] != 0 and logged["sampler_gap"] < 1e-5  # off pi_old, not off the sampler
+
+
+def test_the_off_policy_mask_fires_on_a_lagged_batch(enc, tiny_model, digit_reward):
+    """DeepSeek-V3.2's case: the learner's log-probs against the sampler's. On-policy at one update a step
+    they are equal and no answer is dropped; one step behind, the policy has moved and negative answers go."""
+    cfg = GRPOConfig(**CFG, mu=1, off_policy_mask=1e-3)
+    on = lagged_steps(enc, tiny_model(), cfg, seeds=[0, 1, 2])
+    off = lagged_steps(enc, tiny_model(), dataclasses.replace(cfg, rollout_lag=1), seeds=[0, 1, 2])
+    assert [s["off_policy_masked_frac"] for _, _, s in on] == [0.0, 0.0, 0.0]
+    assert off[0][2]["off_policy_masked_frac"] == 0.0  # lag 0
+    assert all(s["off_policy_masked_frac"] > 0 for _, _, s in off[1:])
 
 
 def test_the_mismatch_diagnostics_on_a_hand_built_batch():

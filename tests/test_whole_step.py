@@ -12,6 +12,7 @@ make it do, computed here from first principles:
 FLAG_TESTS at the end names the tests of every field; a field without one fails
 `test_every_grpo_config_field_has_a_whole_step_test`.
 """
+import collections
 import copy
 import dataclasses
 import inspect
@@ -48,7 +49,7 @@ class Update:
 
 @dataclasses.dataclass(repr=False)  # a failing assert prints no tensors
 class Step:
-    batch: object   # the first epoch's Rollouts, as grpo_step returns them
+    batch: object   # the first epoch's Rollouts, as grpo_step returns them (with --rollout-lag, an older step's)
     stats: dict
     updates: list   # [Update], in order
     passes: list    # [(model, batch, rows, logp)] of the no-gradient passes (pi_old, pi_ref)
@@ -56,8 +57,9 @@ class Step:
     drawn: list     # the problems the step drew
 
 
-def run(model, enc, cfg, ref=None, n_prompts=6, seed=1, opt=None):
-    """One real grpo_step, with the learner's log-probs and their gradients recorded."""
+def run(model, enc, cfg, ref=None, n_prompts=6, seed=1, opt=None, lagged=None):
+    """One real grpo_step, with the learner's log-probs and their gradients recorded (lagged: its
+    queue of batches for --rollout-lag, kept by the caller across steps)."""
     before, updates, passes, drawn = copy.deepcopy(model), [], [], []
     real_logprobs, real_loss = grpo.batch_logprobs, grpo.grpo_loss
 
@@ -86,7 +88,7 @@ def run(model, enc, cfg, ref=None, n_prompts=6, seed=1, opt=None):
         mp.setattr(grpo, "batch_logprobs", batch_logprobs)
         mp.setattr(grpo, "grpo_loss", grpo_loss)
         batch, stats = grpo.grpo_step(model, ref, opt, enc, next_problem, n_prompts, cfg,
-                                      torch.Generator().manual_seed(seed))
+                                      torch.Generator().manual_seed(seed), lagged)
     return Step(batch, stats, updates, passes, before, drawn)
 
 
@@ -598,6 +600,38 @@ def test_resample_epochs_sample_the_same_prompts_again_from_the_frozen_pi_old(wa
     assert reuse.updates[1].batch is reuse.batch  # without the flag: the one rollout, again
 
 
+def test_rollout_lag_trains_on_the_batch_sampled_k_steps_ago_with_the_policy_that_sampled_it_as_pi_old(
+        warm_policy, table):
+    """--rollout-lag 1 over three steps, one queue: each step samples its own problems with the policy of
+    the moment (its seed as without the flag) and scores them at once; step 1 trains on its own batch (lag
+    0: the on-policy step), steps 2 and 3 on the batch of the step before, pi_old the policy that sampled
+    it (not the current one: the first update's ratio is off 1), with the clipped objective's gradient there."""
+    model, enc = warm_policy()
+    cfg, opt = GRPOConfig(**BASE, rollout_lag=1), torch.optim.Adam(model.parameters(), lr=3e-3)
+    lagged, steps, sampled = collections.deque(), [], []
+    for seed in (1, 2, 3):
+        steps.append(run(model, enc, cfg, seed=seed, opt=opt, lagged=lagged))
+        sampled.append(lagged[-1][0])  # the batch this step drew (the newest in the queue)
+    for s, b in zip(steps, sampled):
+        assert b.problems[::4] == s.drawn and b.rewards["total"].tolist() == TABLE
+        m = completion(b)
+        torch.testing.assert_close(b.sampler_logp[m].double(), logprobs(s.before, b)[m], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(b.behaviour_logp[m].double(), logprobs(s.before, b)[m], rtol=1e-4, atol=1e-5)
+        assert len(s.passes) == 1 and s.passes[0][1] is b  # one no-grad pass a step: the new batch's, as drawn
+    on = run(*warm_policy(), GRPOConfig(**BASE))  # the flag off, from the same start: step 1 as it is on-policy
+    assert steps[0].batch is sampled[0] and torch.equal(on.batch.tokens, sampled[0].tokens)
+    assert_grad(steps[0].updates[0], on_policy_grad(on, cfg))
+    assert [s.stats["rollout_lag"] for s in steps] == [0, 1, 1] and "rollout_lag" not in on.stats
+    for before, s, trained in zip(steps, steps[1:], sampled):  # steps 2 and 3: the batch of the step before
+        u, m = s.updates[0], completion(trained)
+        assert s.batch is trained and u.batch is trained and s.drawn != trained.problems[::4]
+        lp, old = logprobs(u.policy, trained), logprobs(before.before, trained)
+        torch.testing.assert_close(u.old[m].double(), old[m], rtol=1e-4, atol=1e-5)  # pi_old: the sampler's
+        assert ((lp - old)[m].exp() - 1).abs().max() > 0.05  # the learner has moved on since
+        A, W = advantages(trained.rewards["total"], 4), token_weights(m, cfg.loss_agg, cfg.max_new_tokens)
+        assert_grad(u, pg_grad(lp, old, A, W, cfg))
+
+
 @pytest.mark.parametrize("truncated", [False, True])
 def test_mask_truncated_gives_cut_off_answers_no_weight(warm_policy, table, truncated):
     model, enc = warm_policy()
@@ -926,6 +960,7 @@ FLAG_TESTS = {  # GRPOConfig field -> the tests in this file that run a step wit
     "keep_sampling_mask": ["test_keep_sampling_mask_makes_the_learners_logprobs_the_samplers"],
     "off_policy_mask": ["test_off_policy_mask_drops_the_negative_sequences_far_from_the_sampler"],
     "kl_reweight": ["test_kl_estimator_level_and_reweight_through_the_step"],
+    "rollout_lag": ["test_rollout_lag_trains_on_the_batch_sampled_k_steps_ago_with_the_policy_that_sampled_it_as_pi_old"],
     "exact_kl": ["test_exact_kl_logs_the_kl_over_the_whole_vocabulary_and_changes_nothing_else"],
     "lr": ["test_lr_is_the_size_of_adams_first_step"],
     "sampler_dtype": ["test_sampler_dtype_draws_from_bf16_weights_beside_the_fp32_learner",
