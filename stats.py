@@ -24,8 +24,8 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
     mean, and grad_norm_max: --max-grad-norm keeps a spike out of the update, not out of the log),
     the learner's entropy, and how far the policy has drifted from the one that sampled: the ratio's
     mean / min / max, the share of tokens where each side of the objective's clip binds (clip_frac:
-    either; of the high side's, the share below p 0.2: clip_high_lowp_frac), the approximate KL to pi_old (verl's ppo_kl: mean of old_logp - logp), the spread of
-    log pi / pi_old over the tokens and over the answers' means (logratio_std_token, _seq), with
+    either; of the high side's, the share below p 0.2: clip_high_lowp_frac), the approximate KL to
+    pi_old (verl's ppo_kl: mean of old_logp - logp), the spread of log pi / pi_old over the tokens and over the answers' means (logratio_std_token, _seq), with
     off-policy masking the share of answers it dropped, and with --exact-kl the KL term's exact
     value (grpo.exact_kl). loss: grpo.Loss; the rest (b, T), as grpo_step holds them."""
     for name, value in loss.terms.items():
