@@ -10,6 +10,7 @@ with: the policy and its tokenizer (the small GPT's warm start, or the book's Qw
 --model), the problems, and the run folder, new or resumed (`start_run`).
 """
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -323,6 +324,8 @@ def load_init(path, threads=1):
             raise ValueError(f"no warm start at {path}: build it first with python sft.py")
         print(f"no warm start at {path}: building it once (python sft.py), then GRPO")
         sft.main(sft.get_parser().parse_args(["--out", path, "--threads", str(threads)]))
+    else:
+        check_sha256(path)
     policy, ckpt = load_checkpoint(path)
     for key in ("tokenizer", "task"):
         if key not in ckpt:
@@ -331,6 +334,21 @@ def load_init(path, threads=1):
     if enc.n_vocab != policy.cfg.vocab_size:
         raise CheckpointError(f"{path}: tokenizer has {enc.n_vocab} tokens but the model {policy.cfg.vocab_size}")
     return policy, enc, ckpt
+
+
+def check_sha256(path):
+    """Refuse a warm start whose bytes differ from the sha256 beside it (PATH.sha256, as shipped): a
+    damaged copy, or one rebuilt on another machine, would give other numbers than those written down."""
+    if not os.path.exists(path + ".sha256"):
+        return
+    with open(path + ".sha256") as f:
+        expected = f.read().split()[0]
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    if digest != expected:
+        build = sft.SHIPPED.get(os.path.relpath(path), f"python sft.py ... --out {path}")
+        raise CheckpointError(f"{path} does not match its checksum {path}.sha256: restore it (git checkout {path}), "
+                              f"or rebuild it with `{build}` and write its new sha256 beside it")
 
 
 def load_book_model(args, device):

@@ -35,6 +35,12 @@ BOOK = ["--recipe", "book", *BOOK_LENGTH]  # the book's regime
 # base model's tail (sft.py --label-smoothing 0.2); evaluated on the chains of medium, as everything else here
 SEARCH = ["--level", "medium_search", "--eval-level", "medium", "--init", "checkpoints/warmstart_search.pt"]
 RUNAWAY = [*BOOK, *SEARCH, "--eval-sampled"]  # the book's regime on it, sampled held-out answers scored too
+# reasoning that pays but is rare: 0.7% of the warm start's sampled answers open <think> (its reasoned answers are
+# 78% right, its direct ones 27%), and 16 updates a rollout, each answer seen in 8 of them (DAPO, MiniMax-M1: 16)
+RARE = ["--init", "checkpoints/warmstart_rare.pt", "--mu", "8", "--minibatches", "2", "--steps", "30"]
+# stale negatives: an asynchronous trainer's lag, 4 steps, at 3x the default learning rate, so the answers a step
+# trains on were sampled by a policy 4 updates of 3e-4 back
+LAG = ["--rollout-lag", "4", "--lr", "3e-4", "--steps", "60"]
 KL_REUSE = ["--kl", "0.5", "--mu", "4", "--minibatches", "4", "--exact-kl"]  # a strong KL on pi_old's samples, and
 # its exact value beside it
 EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
@@ -133,6 +139,13 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "kl_reuse_seq": (KL_REUSE, "the same under the default seq_mean, whose 1 / length weights bias the estimate on "
                                "their own"),
     "kl_reuse_seq_reweight": ([*KL_REUSE, "--kl-reweight"], "... with the KL re-weighted"),
+    "rare": (RARE, "a warm start that seldom reasons, 16 updates a rollout: PPO's clip stops the rare <think> early"),
+    "rare_clip_higher": ([*RARE, "--clip-high", "0.28"], "... with clip-higher, eps_high 0.28 (DAPO)"),
+    "rare_cispo": ([*RARE, "--objective", "cispo", "--clip", "inf", "--clip-high", "0.28"],
+                   "... with CISPO's clipped weights, which keep every token's gradient (MiniMax-M1)"),
+    "lag": (LAG, "the default trained on rollouts 4 steps old at lr 3e-4: stale wrong answers made likelier"),
+    "lag_dual_clip": ([*LAG, "--dual-clip", "3"], "... with the dual clip, c = 3 (verl's clip_ratio_c)"),
+    "lag_masked": ([*LAG, "--off-policy-mask", "0.1"], "... with off-policy sequence masking, delta 0.1 (the book's)"),
     "default_passk": (["--eval-pass-k", "8"], "the default, with pass@8 at each evaluation"),
     "entropy_bonus_01": (["--eval-pass-k", "8", "--entropy-coef", "0.1"], "... with an entropy bonus, alpha 0.1"),
 }
@@ -176,6 +189,8 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "fixes_dynamic": (["ds4", "ds4_dynamic"], "signal_groups,zero_std_frac,eval_acc"),
     "fixes_entropy": (["default_passk", "entropy_bonus_01"], "entropy,eval_pass_at_k,eval_acc"),
     "fixes_kl": (["kl_reuse", "kl_reuse_reweight"], "kl_rel_gap,kl+kl_exact,eval_acc,entropy"),
+    "fixes_lag": (["lag", "lag_dual_clip", "lag_masked"], "grad_norm_max,neg_ratio_above_3,neg_sampler_kl,eval_acc"),
+    "fixes_rare": (["rare", "rare_clip_higher", "rare_cispo"], "reward_format,clip_frac_high,clip_high_lowp_frac,eval_acc"),
     "fixes_gspo": (["search_dropout", "search_dropout_gspo"],
                    "sampler_entropy,logratio_std_token+logratio_std_seq,reward,eval_acc"),
     "book_runaway_clip_format": (["book_runaway_noclip", "book_runaway_ppo_clip", "book_runaway_format",
@@ -275,6 +290,14 @@ FIXES = {
     # judged by what it exists for, answers kept diverse, not by the entropy it raises by construction
     "entropy_bonus": ("-", "lost diversity", "the default", ("default_passk", "entropy_bonus_01"), "pass_final",
                       "higher", (0.035, "points")),
+    "clip_higher": ("5", "a rare token that pays, clipped", "a warm start that seldom reasons, 16 updates a rollout",
+                    ("rare", "rare_clip_higher"), "think_half_step", "lower", (0.35, "relative")),
+    "cispo": ("-", "a rare token that pays, its gradient dropped", "a warm start that seldom reasons, 16 updates "
+              "a rollout", ("rare", "rare_cispo"), "think_half_step", "lower", (0.35, "relative")),
+    "dual_clip": ("-", "stale wrong answers made likelier: an unbounded loss", "the default, rollouts 4 steps old, "
+                  "lr 3e-4", ("lag", "lag_dual_clip"), "clipped_steps", "lower", (0.06, "points")),
+    "off_policy_mask": ("10", "stale wrong answers far from the policy", "the default, rollouts 4 steps old, lr 3e-4",
+                        ("lag", "lag_masked"), "clipped_steps", "lower", (0.06, "points")),
     "gspo": ("-", "a noisy token ratio", "the runaway's task, dropout 0.1 in the learner only",
              ("search_dropout", "search_dropout_gspo"), "sampler_entropy", "lower", (0.85, "nats")),
 }
@@ -285,8 +308,12 @@ METRICS = {  # run_summary's keys, as the fixes table names them
     "kl_bias": "KL estimate's bias, \\|mean (estimate - exact) / exact\\| over the run",
     "pass_final": "pass@k at the last evaluation",
     "sampler_entropy": "the sampled policy's entropy, last 10 steps",
+    "think_half_step": "steps until half the sampled answers reason",
+    "clipped_steps": "steps whose largest gradient norm before clipping passed 1 (--max-grad-norm)",
+    "worst_fall": "greedy accuracy's largest fall from one evaluation to a later one",
 }
-PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "pass_final"}
+PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "pass_final", "worst_fall",
+                   "clipped_steps"}
 
 
 def margin_text(size, unit):
@@ -398,7 +425,7 @@ def run_summary(rows):
     out["bonus"] = mean(r["reward"] - r["reward_correct"] for r in steps if plot.is_number(r.get("reward"))
                         and plot.is_number(r.get("reward_correct")))  # what the reward pays beyond correctness
     # each fix's own metric (FIXES): means over the run, or over its second half where a trend builds up
-    for key in ("signal_groups", "adv_correct_corr", "truncated_frac", "pg_k1", "sampler_kl_k3"):
+    for key in ("signal_groups", "adv_correct_corr", "truncated_frac", "pg_k1", "sampler_kl_k3", "grad_norm_max"):
         out["mean_" + key] = mean(r.get(key) for r in steps)
     out["late_resp_len_wrong"] = mean(r.get("resp_len_wrong") for r in steps[len(steps) // 2:])
     errors = [(r["kl"] - r["kl_exact"]) / r["kl_exact"] for r in steps
@@ -409,7 +436,16 @@ def run_summary(rows):
     out["kl_error"] = mean(abs(e) for e in errors)
     passes = [r["eval_pass_at_k"] for r in rows if plot.is_number(r.get("eval_pass_at_k"))]
     out["pass_final"] = passes[-1] if passes else float("nan")
+    # the aha moment: the first step whose 3-step mean of the reasoned share (format check) reaches one half
+    think = trailing_means(rows, "reward_format", 3)
+    out["think_half_step"] = next((s for s, m in zip(*think) if m >= 0.5), float("nan"))
     out["drop"] = out["peak"] - out["final"] if evals else float("nan")
+    # the steps whose largest gradient norm, before clipping, passed the default --max-grad-norm 1: the spikes
+    # the clip hides from the update
+    spikes = [r["grad_norm_max"] > 1.0 for r in steps if plot.is_number(r.get("grad_norm_max"))]
+    out["clipped_steps"] = sum(spikes) / len(spikes) if spikes else float("nan")
+    accs = [a for _, a in evals]  # the largest fall from one evaluation to any later one (a dip recovered from too)
+    out["worst_fall"] = max((a - min(accs[i:]) for i, a in enumerate(accs)), default=float("nan"))
     out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
     out["moves"] = first_moves(rows)
     return out

@@ -84,7 +84,8 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
                 exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg)  # a diagnostic: what the KL term estimates
             grad_norm = optimizer_step(policy_ddp, opt, loss.value, cfg.max_grad_norm, stats.n_updates,
                                        cfg.mu * len(row_sets))
-            update_stats(stats, loss, logp, old, entropy, loss_mask[rows], grad_norm, kl_exact)
+            update_stats(stats, loss, logp, old, entropy, loss_mask[rows], grad_norm, kl_exact, adv[rows],
+                         batch.sampler_logp[rows])
         if epoch == 0:
             batch_stats(stats, batch, adv, zero_std, old_logp, loss_mask, cfg.group_size)
     return first_batch, stats.result()

@@ -54,6 +54,12 @@ from model import GPT, GPTConfig, count_params, save_checkpoint
 from tokenizer import build_tokenizer, encode_completion, encode_text, make_spec
 
 DEFAULT_CKPT = "checkpoints/warmstart.pt"  # train.py's default --init too
+SHIPPED = {  # the warm starts that come with the code (each with its sha256 beside it) -> the command that built it
+    DEFAULT_CKPT: "python sft.py",
+    "checkpoints/warmstart_search.pt": "python sft.py --level mixed_search --label-smoothing 0.2 "
+                                       "--out checkpoints/warmstart_search.pt",
+    "checkpoints/warmstart_rare.pt": "python sft.py --think-opening-frac 0.01 --out checkpoints/warmstart_rare.pt",
+}
 
 
 def sft_examples(enc, level, seed, direct_frac, max_len, opening_frac=1.0):

@@ -19,15 +19,17 @@ import torch
 from distributed import all_max, all_sum
 
 @torch.no_grad()
-def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_exact=None):
+def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_exact=None, adv=None,
+                 sampler_logp=None):
     """Record one update: the loss terms, the gradient norm before clipping (grad_norm, the updates'
     mean, and grad_norm_max: --max-grad-norm keeps a spike out of the update, not out of the log),
     the learner's entropy, and how far the policy has drifted from the one that sampled: the ratio's
     mean / min / max, the share of tokens where each side of the objective's clip binds (clip_frac:
     either; of the high side's, the share below p 0.2: clip_high_lowp_frac), the approximate KL to
-    pi_old (verl's ppo_kl: mean of old_logp - logp), the spread of log pi / pi_old over the tokens and over the answers' means (logratio_std_token, _seq), with
-    off-policy masking the share of answers it dropped, and with --exact-kl the KL term's exact
-    value (grpo.exact_kl). loss: grpo.Loss; the rest (b, T), as grpo_step holds them."""
+    pi_old (verl's ppo_kl: mean of old_logp - logp), the spread of log pi / pi_old over the tokens
+    and over the answers' means (logratio_std_token, _seq), with off-policy masking the share of
+    answers it dropped, and with --exact-kl the KL term's exact value (grpo.exact_kl). Given adv (b,)
+    and sampler_logp (b, T): the stale negatives, what the dual clip and off-policy masking act on. loss: grpo.Loss; the rest (b, T), as grpo_step holds them."""
     for name, value in loss.terms.items():
         stats.mean(name, value)
     stats.mean("grad_norm", grad_norm)
@@ -51,6 +53,13 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
     stats.std("logratio_std_token", log_ratio[m])
     stats.std("logratio_std_seq", ((log_ratio * m).sum(1) / m.sum(1).clamp(min=1))[has_tokens])
     stats.mean("entropy", entropy, m)
+    if adv is not None:
+        # stale negatives: the share of the wrong answers' tokens whose ratio passed 3 (where a dual clip
+        # c = 3 binds), and each wrong answer's mean log pi_sampler - log pi, the distance from its sampler
+        # that --off-policy-mask compares with its delta (grpo.off_policy_keep)
+        neg = (adv < 0)[:, None] & m  # (b, T)
+        stats.mean("neg_ratio_above_3", r > 3, neg)
+        stats.mean("neg_sampler_kl", ((sampler_logp - logp) * m).sum(1) / m.sum(1).clamp(min=1), (adv < 0) & has_tokens)
     if loss.kept is not None:
         stats.mean("off_policy_masked_frac", 1 - loss.kept)
     if kl_exact is not None:  # what the KL term estimates, and the estimate's relative gap to it

@@ -194,3 +194,30 @@ def test_inf_passes_where_a_flags_help_says_what_it_means_and_the_error_says_the
         _, args = cli.parse_args([f"--{f.name.replace('_', '-')}", "nan"])
         with pytest.raises(ValueError, match=re.escape(f"or inf ({inf}), got nan")):
             cli.check_args(args)
+
+
+def test_a_warm_start_that_does_not_match_its_checksum_is_refused_naming_its_build_command(tmp_path, monkeypatch):
+    """A shipped warm start whose bytes changed (a damaged copy, or one rebuilt elsewhere) is refused in
+    one line (train.py: exit 2, before anything is written), naming the command that rebuilds it; an
+    intact copy loads; a file with no .sha256 beside it is not checked."""
+    import shutil
+    import sft
+    shipped = "checkpoints/warmstart_rare.pt"
+    assert shipped in sft.SHIPPED and os.path.exists(os.path.join(ROOT, shipped + ".sha256"))
+    copy = tmp_path / "warmstart_rare.pt"
+    shutil.copy(os.path.join(ROOT, shipped), copy)
+    shutil.copy(os.path.join(ROOT, shipped + ".sha256"), str(copy) + ".sha256")
+    cli.check_sha256(str(copy))  # intact: passes
+    data = bytearray(copy.read_bytes())
+    data[-100] ^= 1  # one bit of the weights
+    copy.write_bytes(bytes(data))
+    monkeypatch.setitem(sft.SHIPPED, os.path.relpath(copy), sft.SHIPPED[shipped])
+    with pytest.raises(cli.CheckpointError, match="does not match its checksum") as e:
+        cli.check_sha256(str(copy))
+    assert sft.SHIPPED[shipped] in str(e.value) and "\n" not in str(e.value)
+    out = subprocess.run([sys.executable, "train.py", "--init", str(copy), "--runs-dir", str(tmp_path / "runs"),
+                          "--run-name", "r"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "does not match its checksum" in out.stderr and not (tmp_path / "runs").exists()
+    os.remove(str(copy) + ".sha256")
+    cli.check_sha256(str(copy))  # no checksum beside it: a file of the user's own

@@ -221,7 +221,9 @@ def test_each_fix_pair_differs_in_its_own_flags_and_nothing_else(item):
     own = {"dynamic_sampling": {"dynamic_sampling"}, "token_mean": {"loss_agg"}, "drgrpo": {"loss_agg", "adv_norm"},
            "overlong": {"overlong_cache"}, "keep_mask": {"keep_sampling_mask"}, "tis": {"tis_cap"},
            "kl_reweight": {"kl_reweight"}, "entropy_bonus": {"entropy_coef"},
-           "gspo": {"ratio_level", "clip", "clip_high"}}[item]
+           "gspo": {"ratio_level", "clip", "clip_high"}, "clip_higher": {"clip_high"},
+           "cispo": {"objective", "clip", "clip_high"}, "dual_clip": {"dual_clip"},
+           "off_policy_mask": {"off_policy_mask"}}[item]
     assert differ == own, (item, differ)
 
 

@@ -229,17 +229,37 @@ def test_logged_statistics_ignore_padding_columns():
     cfg = GRPOConfig(clip=0.1, off_policy_mask=100.0)  # a mask that keeps every answer, logging that it did
     a = StepStats()
     stats.update_stats(a, grpo.grpo_loss(logp, old, None, adv, mask, cfg, sampler_logp=old), logp, old,
-                       torch.zeros_like(logp), mask, torch.tensor(1.0))
+                       torch.zeros_like(logp), mask, torch.tensor(1.0), None, adv, old - 0.5)
     a = a.result()
     pad = lambda x, v: torch.cat([x, torch.full((4, 3), v, dtype=x.dtype)], 1)  # noqa: E731  3 padding columns
     logp2, old2, mask2 = pad(logp, 5.0), pad(old, -5.0), pad(mask, False)
     b = StepStats()
     stats.update_stats(b, grpo.grpo_loss(logp2, old2, None, adv, mask2, cfg, sampler_logp=old2), logp2, old2,
-                       torch.zeros_like(logp2), mask2, torch.tensor(1.0))
+                       torch.zeros_like(logp2), mask2, torch.tensor(1.0), None, adv, old2 - 0.5)
     b = b.result()
-    assert a["clip_frac"] > 0
+    assert a["clip_frac"] > 0 and a["neg_ratio_above_3"] > 0 and "clip_high_lowp_frac" in a
     for k in a:
         assert b[k] == pytest.approx(a[k], rel=1e-6), k
+
+
+def test_the_gates_of_the_rare_token_and_the_stale_negatives_match_their_formulas():
+    """clip_high_lowp_frac: of the tokens the high clip stops, the share with pi_old < 0.2;
+    neg_ratio_above_3: of the wrong answers' tokens, the share with ratio > 3; neg_sampler_kl: the
+    wrong answers' mean of (1/|o|) sum_t log pi_sampler - log pi."""
+    import math
+    old = torch.log(torch.tensor([[0.1, 0.5, 0.05, 0.3], [0.1, 0.6, 0.1, 0.2]]))  # (2, 4)
+    logp = old + torch.tensor([[0.5, 0.5, 0.0, 1.5], [1.2, 0.0, 0.1, 2.0]])  # ratios e^0.5 .. e^2
+    mask = torch.tensor([[True, True, True, True], [True, True, True, False]])
+    adv, sampler = torch.tensor([1.0, -1.0]), old - 0.25
+    s = StepStats()
+    loss = grpo.grpo_loss(logp, old, None, adv, mask, GRPOConfig(clip=0.2))
+    stats.update_stats(s, loss, logp, old, torch.zeros_like(logp), mask, torch.tensor(1.0), None, adv, sampler)
+    s = s.result()
+    # high clip (A > 0, ratio > 1.2): row 0's tokens 0, 1, 3; of those, pi_old < 0.2 only token 0
+    assert s["clip_high_lowp_frac"] == pytest.approx(1 / 3)
+    assert s["neg_ratio_above_3"] == pytest.approx(1 / 3)  # row 1's 3 tokens: ratios e^1.2 > 3, 1, e^0.1
+    assert s["neg_sampler_kl"] == pytest.approx(-0.25 - (1.2 + 0.0 + 0.1) / 3)
+    assert math.exp(1.2) > 3
 
 
 def test_step_stats_match_the_direct_formulas():

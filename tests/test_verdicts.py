@@ -43,7 +43,9 @@ NEAR = {
 }
 # A without-run's numbers, about as recorded (EXPERIMENTS.md), one for each metric a fix is judged by
 TYPICAL = {"mean_signal_groups": 2.8, "late_resp_len_wrong": 21.4, "mean_truncated_frac": 0.22, "sampled_final": 0.40,
-           "drop": 0.80, "kl_bias": 0.19, "pass_final": 0.90, "sampler_entropy": 3.5}
+           "drop": 0.80, "kl_bias": 0.19, "pass_final": 0.90, "sampler_entropy": 3.5,
+           "think_half_step": 15, "mean_grad_norm_max": 0.8, "worst_fall": 0.15,
+           "clipped_steps": 0.2}
 
 
 def fix_pair(lesson, gain):
@@ -117,7 +119,8 @@ def test_a_lesson_whose_run_lacks_a_number_names_it_or_does_not_read_it(lesson):
 RECORDED_WITHOUT = {"dynamic_sampling": [2.78, 2.82, 2.78], "token_mean": [23.6, 18.5, 22.1],
                     "drgrpo": [23.6, 18.5, 22.1], "overlong": [0.20, 0.20, 0.27], "keep_mask": [0.47, 0.30, 0.42],
                     "tis": [0.39, 0.10, 0.69], "kl_reweight": [0.09, 0.07, 0.19], "entropy_bonus": [0.935, 0.935, 0.965],
-                    "gspo": [3.17, 3.97, 3.51]}
+                    "gspo": [3.17, 3.97, 3.51], "clip_higher": [15, 18, 13], "cispo": [15, 18, 13],
+                    "dual_clip": [0.217, 0.183, 0.233], "off_policy_mask": [0.217, 0.183, 0.233]}
 
 
 @pytest.mark.parametrize("item", list(experiments.FIXES))
@@ -148,7 +151,7 @@ def hand_made_run():
                "resp_len_wrong": 10 if s <= 20 else 30 if s <= 50 else 16 if s <= 75 else None if s == 76 else 24,
                "resp_len": s / 10, "clip_frac": 0.03 if s > 90 else 0.01, "sampler_gap": 0.02,
                "kl_exact": 0.5, "kl": 0.6 if s % 2 else 0.45, "signal_groups": 3 if s <= 50 else 4,
-               "sampler_entropy": 0.2 if s > 90 else 1.5}
+               "sampler_entropy": 0.2 if s > 90 else 1.5, "grad_norm_max": 2.0 if s <= 50 else 1.0}
         if s % 10 == 0:
             row.update(eval_acc=acc[s], eval_sampled_acc=sampled[s], eval_pass_at_k=0.95 if s == 100 else 0.9)
         rows.append(row)
@@ -188,6 +191,10 @@ EXPECTED = [  # (run_summary key, value, how it is known)
     ("mean_signal_groups", 3.5, "over the run: 50 steps at 3, 50 at 4"),
     ("kl_bias", 0.05, "|mean of the errors (+0.2, -0.1 by turns)|: what re-weighting removes"),
     ("kl_error", 0.15, "mean of |error|: the bias and the noise together"),
+    ("mean_grad_norm_max", 1.5, "over the run: 50 steps at 2.0, 50 at 1.0"),
+    ("clipped_steps", 0.5, "steps above 1: the 50 at 2.0; the 50 at exactly 1.0 are not"),
+    ("worst_fall", 0.4, "from 0.8 at step 20 to 0.4 at step 100; a fall of a dip recovered from counts too"),
+    ("think_half_step", 81, "the first 3-step mean of reward_format at or above 0.5: (0.4 + 0.4 + 0.8) / 3"),
 ]
 
 
