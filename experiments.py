@@ -143,6 +143,9 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "rare_clip_higher": ([*RARE, "--clip-high", "0.28"], "... with clip-higher, eps_high 0.28 (DAPO)"),
     "rare_cispo": ([*RARE, "--objective", "cispo", "--clip", "inf", "--clip-high", "0.28"],
                    "... with CISPO's clipped weights, which keep every token's gradient (MiniMax-M1)"),
+    "rare_format": ([*RARE, "--format-weight", "0.1"], "... with a format bonus of 0.1 for reasoning, the rarer term"),
+    "rare_format_gdpo": ([*RARE, "--format-weight", "0.1", "--reward-norm", "norm_then_sum"],
+                         "... each reward term normalised in its group before the sum (GDPO)"),
     "lag": (LAG, "the default trained on rollouts 4 steps old at lr 3e-4: stale wrong answers made likelier"),
     "lag_dual_clip": ([*LAG, "--dual-clip", "3"], "... with the dual clip, c = 3 (verl's clip_ratio_c)"),
     "lag_masked": ([*LAG, "--off-policy-mask", "0.1"], "... with off-policy sequence masking, delta 0.1 (the book's)"),
@@ -191,6 +194,7 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "fixes_kl": (["kl_reuse", "kl_reuse_reweight"], "kl_rel_gap,kl+kl_exact,eval_acc,entropy"),
     "fixes_lag": (["lag", "lag_dual_clip", "lag_masked"], "grad_norm_max,neg_ratio_above_3,neg_sampler_kl,eval_acc"),
     "fixes_rare": (["rare", "rare_clip_higher", "rare_cispo"], "reward_format,clip_frac_high,clip_high_lowp_frac,eval_acc"),
+    "fixes_gdpo": (["rare_format", "rare_format_gdpo"], "reward_format,adv_correct_corr,reward_correct,eval_acc"),
     "fixes_gspo": (["search_dropout", "search_dropout_gspo"],
                    "sampler_entropy,logratio_std_token+logratio_std_seq,reward,eval_acc"),
     "book_runaway_clip_format": (["book_runaway_noclip", "book_runaway_ppo_clip", "book_runaway_format",
@@ -294,6 +298,9 @@ FIXES = {
                     ("rare", "rare_clip_higher"), "think_half_step", "lower", (0.35, "relative")),
     "cispo": ("-", "a rare token that pays, its gradient dropped", "a warm start that seldom reasons, 16 updates "
               "a rollout", ("rare", "rare_cispo"), "think_half_step", "lower", (0.35, "relative")),
+    "gdpo": ("gdpo.py", "a rare reward term drowned by a common one", "a warm start that seldom reasons, 16 updates a "
+             "rollout, a format bonus of 0.1", ("rare_format", "rare_format_gdpo"), "think_half_step", "lower",
+             (0.25, "relative")),
     "dual_clip": ("-", "stale wrong answers made likelier: an unbounded loss", "the default, rollouts 4 steps old, "
                   "lr 3e-4", ("lag", "lag_dual_clip"), "clipped_steps", "lower", (0.06, "points")),
     "off_policy_mask": ("10", "stale wrong answers far from the policy", "the default, rollouts 4 steps old, lr 3e-4",

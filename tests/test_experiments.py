@@ -223,7 +223,7 @@ def test_each_fix_pair_differs_in_its_own_flags_and_nothing_else(item):
            "kl_reweight": {"kl_reweight"}, "entropy_bonus": {"entropy_coef"},
            "gspo": {"ratio_level", "clip", "clip_high"}, "clip_higher": {"clip_high"},
            "cispo": {"objective", "clip", "clip_high"}, "dual_clip": {"dual_clip"},
-           "off_policy_mask": {"off_policy_mask"}}[item]
+           "off_policy_mask": {"off_policy_mask"}, "gdpo": {"reward_norm"}}[item]
     assert differ == own, (item, differ)
 
 
