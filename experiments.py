@@ -308,6 +308,23 @@ FIXES = {
     "gspo": ("-", "a noisy token ratio", "the runaway's task, dropout 0.1 in the learner only",
              ("search_dropout", "search_dropout_gspo"), "sampler_entropy", "lower", (0.85, "nats")),
 }
+# each fix's gate: a number of the run *without* it that shows its mechanism at work (its run_summary key, and
+# what it is), so that a fix that moves nothing can be told from a fix with nothing to act on
+GATES = {
+    "dynamic_sampling": ("mean_zero_std_frac", "groups with no signal"),
+    "token_mean": ("mean_truncated_frac", "answers cut at the cap"), "drgrpo": ("mean_truncated_frac", "answers cut"),
+    "overlong": ("mean_truncated_frac", "answers cut at the cap"),
+    "keep_mask": ("mean_tis_weight_mean", "the learner's mass on what the sampler can draw"),
+    "tis": ("mean_sampler_kl_k3", "KL(sampler || learner) a token"),
+    "kl_reweight": ("mean_ppo_kl", "KL(pi_old || pi) an update"),
+    "entropy_bonus": ("entropy", "the entropy, last 10 steps"),
+    "gspo": ("early_logratio_std_token", "the token log-ratio's spread, first 10 steps"),
+    "clip_higher": ("mean_clip_high_lowp_frac", "of the high-clipped tokens, the share below p 0.2"),
+    "cispo": ("mean_clip_high_lowp_frac", "of the high-clipped tokens, the share below p 0.2"),
+    "gdpo": ("mean_adv_correct_corr", "the correctness reward's correlation with the advantage"),
+    "dual_clip": ("mean_neg_ratio_above_3", "of the wrong answers' tokens, the share with ratio > 3"),
+    "off_policy_mask": ("mean_neg_sampler_kl", "the wrong answers' mean log-ratio to their sampler"),
+}
 METRICS = {  # run_summary's keys, as the fixes table names them
     "mean_signal_groups": "groups with signal a step", "late_resp_len_wrong": "wrong answers' length, 2nd half",
     "mean_truncated_frac": "cut share", "sampled_final": "sampled held-out accuracy, end",
@@ -320,7 +337,7 @@ METRICS = {  # run_summary's keys, as the fixes table names them
     "worst_fall": "greedy accuracy's largest fall from one evaluation to a later one",
 }
 PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "pass_final", "worst_fall",
-                   "clipped_steps"}
+                   "clipped_steps", "mean_zero_std_frac", "mean_tis_weight_mean", "mean_clip_high_lowp_frac"}
 
 
 def margin_text(size, unit):
@@ -432,8 +449,11 @@ def run_summary(rows):
     out["bonus"] = mean(r["reward"] - r["reward_correct"] for r in steps if plot.is_number(r.get("reward"))
                         and plot.is_number(r.get("reward_correct")))  # what the reward pays beyond correctness
     # each fix's own metric (FIXES): means over the run, or over its second half where a trend builds up
-    for key in ("signal_groups", "adv_correct_corr", "truncated_frac", "pg_k1", "sampler_kl_k3", "grad_norm_max"):
+    for key in ("signal_groups", "adv_correct_corr", "truncated_frac", "pg_k1", "sampler_kl_k3", "grad_norm_max",
+                "zero_std_frac", "tis_weight_mean", "ppo_kl", "clip_high_lowp_frac", "neg_ratio_above_3",
+                "neg_sampler_kl"):  # the fixes' metrics and gates (FIXES, GATES)
         out["mean_" + key] = mean(r.get(key) for r in steps)
+    out["early_logratio_std_token"] = mean(r.get("logratio_std_token") for r in head)
     out["late_resp_len_wrong"] = mean(r.get("resp_len_wrong") for r in steps[len(steps) // 2:])
     errors = [(r["kl"] - r["kl_exact"]) / r["kl_exact"] for r in steps
               if plot.is_number(r.get("kl")) and plot.is_number(r.get("kl_exact")) and r["kl_exact"] > 0]
@@ -530,8 +550,8 @@ def fixes_table(summaries):
     """The closing list's fixes, one row each: what it fixes, where, its metric and its margin,
     without -> with in each seed, and in how many seeds it moved the metric the way it is made
     to, by the margin (a seed whose runs lack the metric is named, and not counted)."""
-    out = ["", "| item (the book's list) | what it fixes | regime | its metric | without -> with, seeds 0, 1, 2 | "
-               "held |", "|---|---|---|---|---|---|"]
+    out = ["", "| item (the book's list) | what it fixes | regime | its gate, without it | its metric | "
+               "without -> with, seeds 0, 1, 2 | held |", "|---|---|---|---|---|---|---|"]
     for item, (numbers, fixes, regime, (without, with_), key, side, margin) in FIXES.items():
         if without not in summaries or with_ not in summaries:
             continue
@@ -540,8 +560,10 @@ def fixes_table(summaries):
         verdicts = [judge(LESSONS["fix_" + item][1], [summaries[without][s], summaries[with_][s]], [without, with_])
                     for s in seeds]
         cells = ", ".join(f"{fmt_metric(key, a)} -> {fmt_metric(key, b)}" for a, b in pairs)
+        gate_key, gate = GATES[item]
+        gate += ": " + ", ".join(fmt_metric(gate_key, summaries[without][s].get(gate_key)) for s in seeds)
         unjudged = "".join(f"; seed {s[4:]} not judged: {why}" for s, (_, why) in zip(seeds, verdicts) if why)
-        out.append(f"| {item} ({numbers}) | {fixes} | {regime} | {METRICS[key]} ({side}, by >= "
+        out.append(f"| {item} ({numbers}) | {fixes} | {regime} | {gate} | {METRICS[key]} ({side}, by >= "
                    f"{margin_text(*margin)}) | {cells} | {sum(h for h, _ in verdicts)} of {len(seeds)}{unjudged} |")
     return out if len(out) > 3 else []
 

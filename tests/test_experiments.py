@@ -227,9 +227,20 @@ def test_each_fix_pair_differs_in_its_own_flags_and_nothing_else(item):
     assert differ == own, (item, differ)
 
 
+def test_every_fix_has_a_gate_that_run_summary_computes():
+    """Each fix's gate (GATES) is a number of run_summary's, so the table's gate column can be filled."""
+    assert set(experiments.GATES) == set(experiments.FIXES)
+    rows = [{"step": 0, "eval_acc": 0.1}] + [{"step": t, "time": t, "zero_std_frac": 0.25, "logratio_std_token": 0.3}
+                                             for t in range(1, 21)]
+    summary = experiments.run_summary(rows)
+    assert all(key in summary for key, _ in experiments.GATES.values())
+    assert summary["mean_zero_std_frac"] == pytest.approx(0.25) and summary["early_logratio_std_token"] == pytest.approx(0.3)
+
+
 def test_the_fixes_table_gives_each_seed_and_counts_the_metric_moving_its_way():
     s = lambda v: {"mean_signal_groups": v}  # noqa: E731 (a summary holding one metric)
     summaries = {"ds4": {"seed0": s(2.0), "seed1": s(3.0)}, "ds4_dynamic": {"seed0": s(3.5), "seed1": s(2.5)}}
     row = [line for line in experiments.fixes_table(summaries) if line.startswith("| dynamic_sampling")]
     assert len(row) == 1 and "2 -> 3.5, 3 -> 2.5" in row[0] and "| 1 of 2 |" in row[0]
+    assert "| groups with no signal: -, - |" in row[0]  # the gate's column: these summaries lack its number
     assert experiments.fixes_table({"ds4": summaries["ds4"]}) == []  # no row without both runs
