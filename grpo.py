@@ -145,12 +145,13 @@ def vocab_logprobs(model, tokens, mask, loss_mask, temperature=1.0, support=None
     return logits.log_softmax(-1)
 
 
-def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, support=None):
+def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, support=None, groups=None):
     """token_logprobs_reference's (B, T) logp and entropy, fast: the kernels never make the (n, V) log-softmax
     (kernels/logprobs.py), and fused=True (kernels/linear_logprobs.py) goes from the hidden states straight to
     log-probs, so not even the (n, V) logits exist. Only completion positions reach the LM head: prompt and
-    padding cost no (V)-sized work. A kept support needs the (n, V) logits, and its mask one byte per logit."""
-    h = model(tokens[:, :-1], mask[:, :-1], hidden=True)  # (B, T, d)
+    padding cost no (V)-sized work. A kept support needs the (n, V) logits, and its mask one byte per logit.
+    groups (P, G): rows in groups of G share their first P tokens, which the small GPT then runs once a group."""
+    h = model(tokens[:, :-1], mask[:, :-1], hidden=True, groups=groups)  # (B, T, d)
     h, targets = h[loss_mask], tokens[:, 1:][loss_mask]  # (n, d), (n,): completion positions only
     if fused and support is None:
         logp, ent = linear_logprobs_and_entropy(h, model.lm_head_weight, targets, temperature)
@@ -168,7 +169,7 @@ def batch_logprobs(model, batch, rows, loss_mask, cfg):
     the learner sees them: at learner_temperature(cfg), over the sampler's support with --keep-sampling-mask."""
     support = None if batch.support is None else batch.support[rows]
     return token_logprobs(model, batch.tokens[rows], batch.mask[rows], loss_mask[rows], learner_temperature(cfg),
-                          cfg.fused_head, support)
+                          cfg.fused_head, support, (batch.prompt_len, cfg.group_size))
 
 
 @torch.no_grad()

@@ -110,8 +110,12 @@ class GPT(nn.Module):
     def lm_head_weight(self):
         return self.wte.weight  # tied: the output layer is the input embedding, (V, d)
 
-    def forward(self, idx, mask=None, cache=None, hidden=False, index=None):
+    def forward(self, idx, mask=None, cache=None, hidden=False, index=None, groups=None):
         """idx (B, T) -> logits (B, T, V), or the final hidden states (B, T, d) if hidden.
+
+        groups (P, G), a GRPO batch's: G adjacent rows answer one prompt, their first P tokens.
+        Without dropout (which would differ row by row) each prompt then runs once for its
+        group (hidden_shared_prompts): the same numbers up to rounding, with less work.
 
         mask (B, S) marks the real tokens among all S positions (default: all of idx), and
         index (T,) where among them idx sits (default: the last T). Without a cache S = T;
@@ -119,6 +123,10 @@ class GPT(nn.Module):
         idx goes at cache positions index, and the positions after it are not written yet
         (False in mask): decoding.generate's fixed-shape decode step.
         """
+        if groups is not None and cache is None and mask is not None and shares_prompts(idx, *groups) \
+                and not (self.training and self.cfg.dropout):
+            h = self.hidden_shared_prompts(idx, mask, *groups)  # (B, T, d)
+            return h if hidden else h @ self.lm_head_weight.t()
         B, T = idx.shape
         mask = torch.ones_like(idx, dtype=torch.bool) if mask is None else mask  # (B, S)
         S = mask.shape[1]
@@ -131,10 +139,45 @@ class GPT(nn.Module):
         x = self.ln_f(x)
         return x if hidden else x @ self.lm_head_weight.t()  # (B, T, d) or (B, T, V)
 
+    def hidden_shared_prompts(self, idx, mask, P, G):
+        """forward(idx, mask, hidden=True), (B, T, d), for groups of G adjacent rows that share their
+        first P tokens (a GRPO batch: G answers to each prompt): the prompt positions run once per
+        group, and each answer attends to its group's prompt keys and values. Up to float rounding
+        the same hidden states, with gradient, for less work: in a default batch the prompts are
+        57% of the real positions (docs/performance.md)."""
+        caches = [PromptKV(G) for _ in self.blocks]
+        prompt = self(idx[::G, :P], mask[::G, :P], cache=caches, hidden=True)  # (B / G, P, d), records k, v
+        answers = self(idx[:, P:], mask, cache=caches, hidden=True,
+                       index=torch.arange(P, idx.shape[1], device=idx.device))  # (B, T - P, d)
+        return torch.cat([prompt.repeat_interleave(G, 0), answers], 1)  # (B, T, d)
+
     def new_cache(self, B, L):
         """One empty KVCache per layer for B rows of up to L positions."""
         hd = self.cfg.d_model // self.cfg.n_head
         return [KVCache(B, self.cfg.n_head, L, hd, self.wte.weight) for _ in range(self.cfg.n_layer)]
+
+
+def shares_prompts(idx, P, G):
+    """Each group of G > 1 adjacent rows of idx (B, T) has the same first P tokens."""
+    return G > 1 and 0 < P < idx.shape[1] and idx.shape[0] % G == 0 and \
+        torch.equal(idx[:, :P], idx[::G, :P].repeat_interleave(G, 0))
+
+
+class PromptKV:
+    """One layer's prompt keys and values for hidden_shared_prompts: the prompt pass records them
+    (with gradient), the answers' pass attends to them, each group's repeated for its G rows."""
+
+    def __init__(self, G):
+        self.G, self.k, self.v = G, None, None
+
+    def update(self, index, k, v):
+        """k, v (n, H, T, hd): the prompts' (recorded as they are), then the answers' (B = n G rows),
+        returned after their group's prompt keys and values: (B, H, P + T, hd)."""
+        if self.k is None:
+            self.k, self.v = k, v
+            return k, v
+        return (torch.cat([self.k.repeat_interleave(self.G, 0), k], 2),
+                torch.cat([self.v.repeat_interleave(self.G, 0), v], 2))
 
 
 def count_params(model):

@@ -212,13 +212,14 @@ class Qwen3(nn.Module):
     def lm_head_weight(self):  # (V, d)
         return self.embed_tokens.weight if self.cfg.tie_word_embeddings else self.lm_head.weight
 
-    def forward(self, idx, mask=None, cache=None, hidden=False, index=None):
+    def forward(self, idx, mask=None, cache=None, hidden=False, index=None, groups=None):
         """idx (B, T) -> logits (B, T, V), or the final hidden states (B, T, d) if hidden.
 
         mask (B, S) marks the real tokens among all S positions (default: all of idx), and
         index (T,) where among them idx sits (default: the last T); with a cache (one
         KVCache per layer, from `new_cache`) S is the cache's whole length and idx goes at
-        cache positions index (as model.GPT.forward).
+        cache positions index (as model.GPT.forward). groups: not used here, every row runs its own
+        prompt (the small GPT shares a group's, model.GPT.hidden_shared_prompts).
         """
         B, T = idx.shape
         mask = torch.ones_like(idx, dtype=torch.bool) if mask is None else mask  # (B, S)

@@ -251,6 +251,8 @@ BUGS = [
   "tests/test_warmstart.py -k sft_examples"),
  ("runaway: searches answered by a guess", "sft.py", "think = rng.random() >= direct_frac or isinstance(p, tasks.SearchProblem)", "think = rng.random() >= direct_frac",
   "tests/test_warmstart.py -k sft_examples"),
+ ("a group's prompt keys repeated in the wrong order", "model.py", "torch.cat([self.k.repeat_interleave(self.G, 0), k], 2)",
+  "torch.cat([self.k.repeat(self.G, 1, 1, 1), k], 2)", "tests/test_model.py -k groups"),
  ("a changed warm start loads", "cli.py", "    if digest != expected:", "    if digest is None:",
   "tests/test_cli.py -k checksum"),
  ("rare reasoning: every opening <think> taught", "sft.py", "loss_mask[i, len(p) - (1 if opening else 0):len(s) - 1] = True",

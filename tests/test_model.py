@@ -182,3 +182,44 @@ def test_the_imports_point_one_way():
     assert graph["train"] >= {"grpo", "model", "qwen3"}  # the imports are read, lazy ones too
     looped = sorted(name for name in graph if name in reachable(graph, name))
     assert not looped, f"files in an import loop: {looped}"
+
+
+def test_a_groups_prompt_run_once_gives_the_same_hidden_states_and_gradients(model):
+    """forward(..., groups=(P, G)): each group's prompt runs once and its answers attend to its keys
+    and values. With left-padded prompts of different lengths and right-padded answers, the hidden
+    states at every real position and every parameter's gradient match the plain forward's; rows whose
+    prompts differ within a group, dropout in training mode, or a cache fall back to the plain one."""
+    from model import shares_prompts
+    g = torch.Generator().manual_seed(0)
+    P, G, n = 7, 4, 3
+    lens = [4, 7, 5]  # each group's prompt, left-padded to P
+    tokens = torch.randint(3, model.cfg.vocab_size, (n * G, P + 6), generator=g)
+    mask = torch.ones_like(tokens, dtype=torch.bool)
+    for i, length in enumerate(lens):
+        tokens[i * G:(i + 1) * G, :P] = tokens[i * G, :P]  # one prompt a group
+        mask[i * G:(i + 1) * G, :P - length] = False
+    mask[1, P + 3:] = False  # answers of different lengths
+    mask[6, P + 1:] = False
+    assert shares_prompts(tokens, P, G)
+    grads = []
+    for groups in (None, (P, G)):
+        model.zero_grad()
+        h = model(tokens, mask, hidden=True, groups=groups)
+        (h[mask] * torch.linspace(-1, 1, h.shape[-1])).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+        if groups is None:
+            plain = h.detach()
+    assert torch.allclose(h.detach()[mask], plain[mask], atol=1e-5)
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-4 * b.abs().max()) for a, b in zip(*grads)), \
+        max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(*grads))
+    other = tokens.clone()
+    other[1, P - 1] = (other[1, P - 1] + 1) % model.cfg.vocab_size  # one row's prompt differs from its group's
+    assert not shares_prompts(other, P, G) and not shares_prompts(tokens, P, 1)
+    spy = []
+    model.hidden_shared_prompts = lambda *a: spy.append(a) or GPT.hidden_shared_prompts(model, *a)
+    model(tokens, mask, hidden=True, groups=(P, G))
+    model(other, mask, hidden=True, groups=(P, G))
+    set_dropout(model, 0.1).train()
+    model(tokens, mask, hidden=True, groups=(P, G))
+    assert len(spy) == 1  # only the first: shared prompts, no dropout
+    set_dropout(model, 0.0)
