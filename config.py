@@ -78,6 +78,9 @@ class GRPOConfig:
     mask_truncated: bool = knob("objective", False, "truncated completions contribute no loss")
     entropy_coef: float = knob("objective", 0.0, "alpha: subtract alpha * entropy from the loss (an entropy bonus)")
     fused_head: bool = knob("objective", True, "log-probs straight from hidden states (never the logits)")
+    share_prompts: bool = knob("objective", False, "the learner runs each group's prompt once (the small GPT): a "
+                               "default run in 0.8 of the time, the same numbers up to float rounding, which a run "
+                               "that samples amplifies (docs/performance.md); the recorded runs were made without it")
     # off-policy corrections
     tis_cap: float = knob("off-policy corrections", 0.0, "C: truncated importance sampling, weight each token by "
                           "min(pi_old / pi_sampler, C) (0: off)", inf="no cap")

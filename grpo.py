@@ -105,9 +105,8 @@ def advantages(batch, cfg):
 def group_advantages(rewards, G, norm="group", eps=1e-4):
     """GRPO's group-relative advantage, one per completion. rewards (B,), B = n_groups * G.
 
-    A_i = (r_i - mean(r of its group)) / (std + eps), with std over the group ("group", DeepSeekMath),
-    over the whole batch ("batch"), or no division at all ("none", Dr. GRPO: dividing by a small std
-    makes near-unanimous groups dominate)."""
+    A_i = (r_i - mean(r of its group)) / (std + eps), with std over the group ("group", DeepSeekMath), over the
+    batch ("batch"), or no division at all ("none", Dr. GRPO: a small std makes near-unanimous groups dominate)."""
     r = rewards.view(-1, G)  # (n_groups, G)
     centred = r - r.mean(1, keepdim=True)
     if norm == "group":
@@ -150,7 +149,7 @@ def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, 
     (kernels/logprobs.py), and fused=True (kernels/linear_logprobs.py) goes from the hidden states straight to
     log-probs, so not even the (n, V) logits exist. Only completion positions reach the LM head: prompt and
     padding cost no (V)-sized work. A kept support needs the (n, V) logits, and its mask one byte per logit.
-    groups (P, G): rows in groups of G share their first P tokens, which the small GPT then runs once a group."""
+    groups (P, G), --share-prompts: G rows share their first P tokens, which the small GPT runs once a group."""
     h = model(tokens[:, :-1], mask[:, :-1], hidden=True, groups=groups)  # (B, T, d)
     h, targets = h[loss_mask], tokens[:, 1:][loss_mask]  # (n, d), (n,): completion positions only
     if fused and support is None:
@@ -167,9 +166,9 @@ def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, 
 def batch_logprobs(model, batch, rows, loss_mask, cfg):
     """(b, T) log-probs and entropies of some rows of a batch under model (pi_theta, pi_old or pi_ref), as
     the learner sees them: at learner_temperature(cfg), over the sampler's support with --keep-sampling-mask."""
-    support = None if batch.support is None else batch.support[rows]
+    support, groups = None if batch.support is None else batch.support[rows], (batch.prompt_len, cfg.group_size)
     return token_logprobs(model, batch.tokens[rows], batch.mask[rows], loss_mask[rows], learner_temperature(cfg),
-                          cfg.fused_head, support, (batch.prompt_len, cfg.group_size))
+                          cfg.fused_head, support, groups if cfg.share_prompts else None)
 
 
 @torch.no_grad()

@@ -464,3 +464,21 @@ def test_exact_kl_sums_the_kl_over_the_whole_vocabulary(enc, tiny_model, digit_r
     one = run_step(enc, tiny_model(0), dataclasses.replace(cfg, mu=1), ref=tiny_model(1))[1]  # one update
     assert one["kl_rel_gap"] == pytest.approx((one["kl"] - one["kl_exact"]) / one["kl_exact"], rel=1e-6)
     assert "kl_rel_gap" not in off
+
+
+def test_share_prompts_reaches_the_learner_and_changes_its_log_probs_by_rounding_only(enc):
+    """--share-prompts hands the batch's groups to the model (one prompt pass a group); off, the model
+    gets none, so a run is the code's without the flag number for number."""
+    import cli
+    policy, enc_, _ = cli.load_init("checkpoints/warmstart.pt")
+    cfg = GRPOConfig()
+    batch, _ = rollouts.sample_batch(policy, enc_, lambda: next(iter(tasks.problems("medium", 0))), 4, cfg,
+                                     torch.Generator().manual_seed(0))
+    seen = []
+    forward = policy.forward
+    policy.forward = lambda *a, **k: seen.append(k.get("groups")) or forward(*a, **k)
+    rows = torch.arange(len(batch.texts))
+    plain = grpo.batch_logprobs(policy, batch, rows, batch.loss_mask, cfg)[0]
+    shared = grpo.batch_logprobs(policy, batch, rows, batch.loss_mask, GRPOConfig(share_prompts=True))[0]
+    assert seen[:2] == [None, (batch.prompt_len, cfg.group_size)]  # then its prompt pass and its answers pass
+    assert torch.allclose(plain, shared, atol=1e-4) and not torch.equal(plain, shared)

@@ -184,7 +184,7 @@ def test_the_imports_point_one_way():
     assert not looped, f"files in an import loop: {looped}"
 
 
-def test_a_groups_prompt_run_once_gives_the_same_hidden_states_and_gradients(model):
+def test_a_groups_prompt_run_once_gives_the_same_hidden_states_and_gradients(model):  # --share-prompts
     """forward(..., groups=(P, G)): each group's prompt runs once and its answers attend to its keys
     and values. With left-padded prompts of different lengths and right-padded answers, the hidden
     states at every real position and every parameter's gradient match the plain forward's; rows whose

@@ -758,6 +758,23 @@ def test_fused_head_goes_from_hidden_states_without_the_logits(warm_policy, tabl
                                    rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("share", [True, False])
+def test_share_prompts_runs_each_groups_prompt_once_with_the_same_numbers(warm_policy, table, monkeypatch, share):
+    """share_prompts: every learner pass hands the model the batch's groups (one prompt pass a group);
+    off, none does. Either way each update's log-probs are the plain forward's, up to rounding."""
+    seen = []
+    model, enc = warm_policy()
+    real = type(model).hidden_shared_prompts
+    monkeypatch.setattr(type(model), "hidden_shared_prompts", lambda *a: seen.append(a[3:]) or real(*a))
+    cfg = GRPOConfig(**{**BASE, "minibatches": 2}, kl=0.1, share_prompts=share)
+    step = run(model, enc, cfg, ref=perturbed(model))
+    assert seen == ([(step.batch.prompt_len, cfg.group_size)] * 4 if share else [])  # pi_ref, pi_old, 2 updates
+    m = completion(step.batch)
+    for u in step.updates:
+        torch.testing.assert_close(u.logp[m[u.rows]].double(), logprobs(u.policy, step.batch, 1.0, u.rows)[m[u.rows]],
+                                   rtol=1e-4, atol=1e-5)
+
+
 # ---------------------------------------------------------------- off-policy corrections
 
 @pytest.mark.parametrize("cap", [0.0, 1.2])
@@ -956,6 +973,7 @@ FLAG_TESTS = {  # GRPOConfig field -> the tests in this file that run a step wit
     "mask_truncated": ["test_mask_truncated_gives_cut_off_answers_no_weight"],
     "entropy_coef": ["test_entropy_coef_is_a_bonus_the_step_raises_the_entropy"],
     "fused_head": ["test_fused_head_goes_from_hidden_states_without_the_logits"],
+    "share_prompts": ["test_share_prompts_runs_each_groups_prompt_once_with_the_same_numbers"],
     "tis_cap": ["test_tis_cap_weights_each_token_by_the_capped_learner_to_sampler_ratio"],
     "keep_sampling_mask": ["test_keep_sampling_mask_makes_the_learners_logprobs_the_samplers"],
     "off_policy_mask": ["test_off_policy_mask_drops_the_negative_sequences_far_from_the_sampler"],
