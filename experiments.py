@@ -312,7 +312,8 @@ FIXES = {
 # what it is), so that a fix that moves nothing can be told from a fix with nothing to act on
 GATES = {
     "dynamic_sampling": ("mean_zero_std_frac", "groups with no signal"),
-    "token_mean": ("mean_truncated_frac", "answers cut at the cap"), "drgrpo": ("mean_truncated_frac", "answers cut"),
+    "token_mean": ("mean_truncated_frac", "answers cut at the cap"),
+    "drgrpo": ("mean_truncated_frac", "answers cut at the cap"),
     "overlong": ("mean_truncated_frac", "answers cut at the cap"),
     "keep_mask": ("mean_tis_weight_mean", "the learner's mass on what the sampler can draw"),
     "tis": ("mean_sampler_kl_k3", "KL(sampler || learner) a token"),
@@ -334,9 +335,8 @@ METRICS = {  # run_summary's keys, as the fixes table names them
     "sampler_entropy": "the sampled policy's entropy, last 10 steps",
     "think_half_step": "steps until half the sampled answers reason",
     "clipped_steps": "steps whose largest gradient norm before clipping passed 1 (--max-grad-norm)",
-    "worst_fall": "greedy accuracy's largest fall from one evaluation to a later one",
 }
-PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "pass_final", "worst_fall",
+PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "pass_final",
                    "clipped_steps", "mean_zero_std_frac", "mean_tis_weight_mean", "mean_clip_high_lowp_frac"}
 
 
@@ -471,8 +471,6 @@ def run_summary(rows):
     # the clip hides from the update
     spikes = [r["grad_norm_max"] > 1.0 for r in steps if plot.is_number(r.get("grad_norm_max"))]
     out["clipped_steps"] = sum(spikes) / len(spikes) if spikes else float("nan")
-    accs = [a for _, a in evals]  # the largest fall from one evaluation to any later one (a dip recovered from too)
-    out["worst_fall"] = max((a - min(accs[i:]) for i, a in enumerate(accs)), default=float("nan"))
     out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
     out["moves"] = first_moves(rows)
     return out

@@ -188,7 +188,7 @@ def get_parser():
     ap.add_argument("--direct-frac", type=float, default=0.6, help="share of examples answered without <think>")
     ap.add_argument("--think-opening-frac", type=float, default=1.0,
                     help="share of reasoned examples whose opening <think> is a target; the rest teach the reasoning "
-                         "but not the choice to start it (the rare-reasoning warm start: 0.05)")
+                         "but not the choice to start it (the rare-reasoning warm start: 0.01)")
     # model
     ap.add_argument("--n-layer", type=int, default=2, help="transformer blocks")
     ap.add_argument("--n-head", type=int, default=4, help="attention heads")

@@ -29,7 +29,8 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
     pi_old (verl's ppo_kl: mean of old_logp - logp), the spread of log pi / pi_old over the tokens
     and over the answers' means (logratio_std_token, _seq), with off-policy masking the share of
     answers it dropped, and with --exact-kl the KL term's exact value (grpo.exact_kl). Given adv (b,)
-    and sampler_logp (b, T): the stale negatives, what the dual clip and off-policy masking act on. loss: grpo.Loss; the rest (b, T), as grpo_step holds them."""
+    and sampler_logp (b, T): the stale negatives, what the dual clip and off-policy masking act on.
+    loss: grpo.Loss; the rest (b, T), as grpo_step holds them."""
     for name, value in loss.terms.items():
         stats.mean(name, value)
     stats.mean("grad_norm", grad_norm)
@@ -51,7 +52,7 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
     log_ratio = logp - old_logp  # (b, T)
     has_tokens = m.any(1)  # (b,) answers with a completion token
     stats.std("logratio_std_token", log_ratio[m])
-    stats.std("logratio_std_seq", ((log_ratio * m).sum(1) / m.sum(1).clamp(min=1))[has_tokens])
+    stats.std("logratio_std_seq", answer_means(log_ratio, m)[has_tokens])
     stats.mean("entropy", entropy, m)
     if adv is not None:
         # stale negatives: the share of the wrong answers' tokens whose ratio passed 3 (where a dual clip
@@ -59,12 +60,18 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
         # that --off-policy-mask compares with its delta (grpo.off_policy_keep)
         neg = (adv < 0)[:, None] & m  # (b, T)
         stats.mean("neg_ratio_above_3", r > 3, neg)
-        stats.mean("neg_sampler_kl", ((sampler_logp - logp) * m).sum(1) / m.sum(1).clamp(min=1), (adv < 0) & has_tokens)
+        stats.mean("neg_sampler_kl", answer_means(sampler_logp - logp, m), (adv < 0) & has_tokens)
     if loss.kept is not None:
         stats.mean("off_policy_masked_frac", 1 - loss.kept)
     if kl_exact is not None:  # what the KL term estimates, and the estimate's relative gap to it
         stats.mean("kl_exact", kl_exact)
         stats.mean("kl_rel_gap", (loss.terms["kl"] - kl_exact) / kl_exact.clamp(min=1e-12))
+
+
+def answer_means(x, m):
+    """(b,) each answer's mean of x (b, T) over its tokens in m (0 for an answer with none): grpo.sequence_mean,
+    which stats.py cannot import (grpo imports stats)."""
+    return (x * m).sum(1) / m.sum(1).clamp(min=1)
 
 
 @torch.no_grad()

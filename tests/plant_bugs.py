@@ -343,7 +343,7 @@ BUGS = [
   "tests/test_train.py -k dropout"),
  ("the sampler draws with dropout on", "rollouts.py", "    sampler.eval()\n", "",
   "tests/test_whole_step.py -k dropout"),
- ("the sequence log-ratio spread taken over tokens", "stats.py", "    stats.std(\"logratio_std_seq\", ((log_ratio * m).sum(1) / m.sum(1).clamp(min=1))[has_tokens])", "    stats.std(\"logratio_std_seq\", log_ratio[m])",
+ ("the sequence log-ratio spread taken over tokens", "stats.py", "    stats.std(\"logratio_std_seq\", answer_means(log_ratio, m)[has_tokens])", "    stats.std(\"logratio_std_seq\", log_ratio[m])",
   "tests/test_grpo_step.py -k logratio"),
  ("an 8-bit sampler beside a bf16 learner", "cli.py", "    if args.sampler_dtype in (\"int8\", \"fp8\") and args.dtype == \"bfloat16\":", "    if False:",
   "tests/test_cli.py -k contradicting"),
