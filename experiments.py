@@ -120,10 +120,12 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "search_token": ([*SEARCH, "--loss-agg", "token_mean"], "... with a token-level loss"),
     "search_drgrpo": ([*SEARCH, "--loss-agg", "constant", "--adv-norm", "none"],
                       "... with Dr. GRPO's constant normaliser and no std"),
-    "search_dropout": ([*SEARCH, "--dropout", "0.1"], "... with dropout 0.1 in the learner's forwards and none in "
-                       "the sampler's (a misconfiguration TRL turns dropout off for): a noisy token ratio"),
-    "search_dropout_gspo": ([*SEARCH, "--dropout", "0.1", "--ratio-level", "gspo", "--clip", "3e-4",
-                             "--clip-high", "4e-4"], "... and GSPO's length-normalised sequence ratio, at its clip range"),
+    "search_dropout": ([*SEARCH, "--dropout", "0.1", "--steps", "60"], "... with dropout 0.1 in the learner's "
+                       "forwards and none in the sampler's (a misconfiguration TRL turns dropout off for): a noisy "
+                       "token ratio; 60 steps, by which the sampler's entropy has parted from GSPO's in every seed"),
+    "search_dropout_gspo": ([*SEARCH, "--dropout", "0.1", "--steps", "60", "--ratio-level", "gspo", "--clip",
+                             "3e-4", "--clip-high", "4e-4"],
+                            "... and GSPO's length-normalised sequence ratio, at its clip range"),
     "book_runaway_overlong": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--overlong-cache", "8"],
                               "the runaway with DAPO's overlong penalty over the last 8 tokens"),
     "book_runaway_keepmask_T1": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--keep-sampling-mask"],
@@ -132,9 +134,10 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
                                  "the runaway with the sampler at T 0.8 and no top-p: every token stays reachable"),
     "book_runaway_temperature_tis": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--top-p", "1", "--tis-cap", "2"],
                                      "... with truncated importance sampling, C = 2"),
-    "kl_reuse": ([*KL_REUSE, "--loss-agg", "token_mean"],
-                 "a strong k3 KL on 16 updates a rollout, its exact value logged beside (token mean: see kl_reuse_seq)"),
-    "kl_reuse_reweight": ([*KL_REUSE, "--loss-agg", "token_mean", "--kl-reweight"],
+    "kl_reuse": ([*KL_REUSE, "--loss-agg", "token_mean", "--steps", "50"],
+                 "a strong k3 KL on 16 updates a rollout, its exact value logged beside (token mean: see "
+                 "kl_reuse_seq); 50 steps"),
+    "kl_reuse_reweight": ([*KL_REUSE, "--loss-agg", "token_mean", "--steps", "50", "--kl-reweight"],
                           "... with the KL re-weighted by pi / pi_old"),
     "kl_reuse_seq": (KL_REUSE, "the same under the default seq_mean, whose 1 / length weights bias the estimate on "
                                "their own"),
@@ -185,13 +188,13 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
                            "eval_acc,eval_sampled_acc,entropy,sampler_entropy"),
     # the closing list's fixes, each beside the same run without it (FIXES)
     "fixes_runaway": (["book_runaway", "book_runaway_overlong", "book_runaway_keepmask_T1"],
-                      "eval_sampled_acc,entropy,truncated_frac,resp_len_wrong"),
+                      "eval_sampled_acc,entropy,truncated_frac,resp_len_wrong,tis_weight_mean"),
     "fixes_length": (["search", "search_token", "search_drgrpo"], "resp_len_wrong,truncated_frac,entropy,eval_acc"),
     "fixes_tis": (["book_runaway_temperature", "book_runaway_temperature_tis"],
-                  "eval_acc,eval_sampled_acc,entropy,tis_weight_max"),
+                  "eval_acc,eval_sampled_acc,entropy,tis_weight_max,sampler_kl_k3"),
     "fixes_dynamic": (["ds4", "ds4_dynamic"], "signal_groups,zero_std_frac,eval_acc"),
     "fixes_entropy": (["default_passk", "entropy_bonus_01"], "entropy,eval_pass_at_k,eval_acc"),
-    "fixes_kl": (["kl_reuse", "kl_reuse_reweight"], "kl_rel_gap,kl+kl_exact,eval_acc,entropy"),
+    "fixes_kl": (["kl_reuse", "kl_reuse_reweight"], "kl_rel_gap,kl+kl_exact,ppo_kl,eval_acc,entropy"),
     "fixes_lag": (["lag", "lag_dual_clip", "lag_masked"], "grad_norm_max,neg_ratio_above_3,neg_sampler_kl,eval_acc"),
     "fixes_rare": (["rare", "rare_clip_higher", "rare_cispo"], "reward_format,clip_frac_high,clip_high_lowp_frac,eval_acc"),
     "fixes_gdpo": (["rare_format", "rare_format_gdpo"], "reward_format,adv_correct_corr,reward_correct,eval_acc"),
@@ -289,7 +292,7 @@ FIXES = {
                   ("book_runaway", "book_runaway_keepmask_T1"), "sampled_final", "higher", (0.18, "points")),
     "tis": ("6, as a sampler weight", "a sampler that is not the learner", "the runaway at T 0.8 without top-p",
             ("book_runaway_temperature", "book_runaway_temperature_tis"), "drop", "lower", (0.60, "points")),
-    "kl_reweight": ("9", "a KL estimated on pi_old's samples", "KL 0.5, 16 updates a rollout, token mean",
+    "kl_reweight": ("9", "a KL estimated on pi_old's samples", "KL 0.5, 16 updates a rollout, token mean, 50 steps",
                     ("kl_reuse", "kl_reuse_reweight"), "kl_bias", "lower", (0.13, "points")),
     # judged by what it exists for, answers kept diverse, not by the entropy it raises by construction
     "entropy_bonus": ("-", "lost diversity", "the default", ("default_passk", "entropy_bonus_01"), "pass_final",
@@ -305,8 +308,8 @@ FIXES = {
                   "lr 3e-4", ("lag", "lag_dual_clip"), "clipped_steps", "lower", (0.06, "points")),
     "off_policy_mask": ("10", "stale wrong answers far from the policy", "the default, rollouts 4 steps old, lr 3e-4",
                         ("lag", "lag_masked"), "clipped_steps", "lower", (0.06, "points")),
-    "gspo": ("-", "a noisy token ratio", "the runaway's task, dropout 0.1 in the learner only",
-             ("search_dropout", "search_dropout_gspo"), "sampler_entropy", "lower", (0.85, "nats")),
+    "gspo": ("-", "a noisy token ratio", "the runaway's task, dropout 0.1 in the learner only, 60 steps",
+             ("search_dropout", "search_dropout_gspo"), "sampler_entropy", "lower", (0.1, "nats")),
 }
 # each fix's gate: a number of the run *without* it that shows its mechanism at work (its run_summary key, and
 # what it is), so that a fix that moves nothing can be told from a fix with nothing to act on
