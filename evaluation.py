@@ -44,7 +44,7 @@ def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256, fallback="
         prompts = [encode_prompt(enc, p.prompt) for p in chunk]
         out = generate(model, prompts, max_new_tokens, stop_tokens(enc), greedy=sampler is None, **(sampler or {}))
         for text, p in zip(decode_completions(enc, out.tokens, out.mask, max(map(len, prompts))), chunk):
-            answers.append((p, text, rewards.correctness_reward(text, p.answer, fallback)))
+            answers.append((p, text, rewards.correctness_reward(text, tasks.graded_answer(p), fallback)))
     model.train(was_training)
     correct = sum(right for _, _, right in answers)
     fmt = sum(rewards.format_reward(text) for _, text, _ in answers)
@@ -63,7 +63,8 @@ def pass_at_k(model, enc, problems, k=8, temperature=1.0, seed=0, max_new_tokens
     out = generate(model, prompts, max_new_tokens, stop_tokens(enc), temperature, generator=gen)
     model.train(was_training)
     texts = decode_completions(enc, out.tokens, out.mask, max(map(len, prompts)))
-    hits = [rewards.correctness_reward(t, p.answer) for t, p in zip(texts, (p for p in problems for _ in range(k)))]
+    repeated = (p for p in problems for _ in range(k))
+    hits = [rewards.correctness_reward(t, tasks.graded_answer(p)) for t, p in zip(texts, repeated)]
     return {"pass": sum(max(hits[i * k:(i + 1) * k]) for i in range(len(problems))) / len(problems),
             "reasoned": sum(t.startswith(tasks.THINK_OPEN) for t in texts) / len(texts)}
 
