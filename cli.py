@@ -294,6 +294,11 @@ def check_task_fit(args, enc, init_ckpt):
         print(f"train.py: warning: --level {args.level} has search problems, but the warm start {args.init} "
               f"was trained on --level {sft_level}, which has none (checkpoints/warmstart_search.pt has them)",
               file=sys.stderr)
+    elif tasks.check_level(args.level)[1] and tasks.check_level(args.level)[3] == "<>" and sft_level in tasks.LEVELS \
+            and tasks.check_level(sft_level)[3] != "<>":
+        print(f"train.py: warning: --level {args.level} has inequalities (several right digits), but the warm start "
+              f"{args.init} was trained on --level {sft_level}, which has none (checkpoints/warmstart_many.pt has them)",
+              file=sys.stderr)
 
 
 def check_book_args(args):

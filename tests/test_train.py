@@ -382,6 +382,19 @@ def test_a_warm_start_that_never_searched_is_warned_about_once(warm, tmp_path, c
     assert capsys.readouterr().err == ""
 
 
+def test_a_warm_start_that_never_saw_an_inequality_is_warned_about_once(warm, tmp_path, capsys):
+    """medium_many from a warm start of equalities only (the runaway's) or of chains only: one line each."""
+    _, enc, ckpt = cli.load_init(warm)
+    for sft_level, says in (("mixed_search", "has inequalities (several right digits)"), ("easy", "has search problems")):
+        ckpt = {**ckpt, "task": {**ckpt["task"], "sft_level": sft_level}}
+        cli.check_task_fit(args_for(warm, tmp_path, "--level", "medium_many", "--max-new-tokens", "40"), enc, ckpt)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err, err
+    ckpt["task"]["sft_level"] = "mixed_many"
+    cli.check_task_fit(args_for(warm, tmp_path, "--level", "medium_many", "--max-new-tokens", "40"), enc, ckpt)
+    assert capsys.readouterr().err == ""
+
+
 def test_a_resumed_run_checks_its_saved_flags_before_touching_the_folder(warm, tmp_path):
     run_dir = train.main(args_for(warm, tmp_path, "--steps", "1", "--mu", "1"))
     path = os.path.join(run_dir, "ckpt_latest.pt")
