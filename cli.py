@@ -67,6 +67,11 @@ def get_parser():
     g.add_argument("--eval-pass-k", type=int, default=0, metavar="K",
                    help="also log eval_pass_at_k: the share of the first 200 held-out problems that K answers "
                         "sampled at --temperature get right at least once (0: off)")
+    g.add_argument("--eval-pass-n", type=int, default=0, metavar="N",
+                   help="with --eval-pass-k K: N >= K answers a problem instead, pass@K estimated from them without "
+                        "bias (Chen et al. 2021), and eval_pass_at_1 and the different right answers a problem "
+                        "gets logged too (eval_distinct, eval_distinct_share: diversity where a problem has several, "
+                        "--eval-level many) (0: N = K, none of them)")
     g.add_argument("--eval-every", type=int, default=10, help="evaluate (greedy) every N steps")
     g.add_argument("--samples-every", type=int, default=10, help="log a few completions every N steps")
     g.add_argument("--eval-answers", type=int, default=3, metavar="N",
@@ -182,6 +187,9 @@ def check_args(args):
                          f"got {args.learner_temperature}")
     if args.eval_answers < 0 or args.eval_pass_k < 0:
         raise ValueError(f"--eval-answers and --eval-pass-k must be >= 0, got {args.eval_answers}, {args.eval_pass_k}")
+    if args.eval_pass_n and not args.eval_pass_n >= args.eval_pass_k > 0:
+        raise ValueError(f"--eval-pass-n {args.eval_pass_n} needs --eval-pass-k K with 0 < K <= N (its pass@K is "
+                         f"estimated from N answers a problem), got --eval-pass-k {args.eval_pass_k}")
     if args.clip < 0 or (args.clip_high is not None and args.clip_high < 0):
         raise ValueError("--clip and --clip-high must be >= 0")
     if args.tis_cap < 0 or args.off_policy_mask < 0:
@@ -285,6 +293,11 @@ def check_task_fit(args, enc, init_ckpt):
     if tasks.check_level(args.level)[1] and sft_level in tasks.LEVELS and not tasks.check_level(sft_level)[1]:
         print(f"train.py: warning: --level {args.level} has search problems, but the warm start {args.init} "
               f"was trained on --level {sft_level}, which has none (checkpoints/warmstart_search.pt has them)",
+              file=sys.stderr)
+    elif tasks.check_level(args.level)[1] and tasks.check_level(args.level)[3] == "<>" and sft_level in tasks.LEVELS \
+            and tasks.check_level(sft_level)[3] != "<>":
+        print(f"train.py: warning: --level {args.level} has inequalities (several right digits), but the warm start "
+              f"{args.init} was trained on --level {sft_level}, which has none (checkpoints/warmstart_many.pt has them)",
               file=sys.stderr)
 
 

@@ -3,6 +3,8 @@
     python evaluation.py      # the shipped warm start: greedy accuracy on the 500 held-out problems,
                               # and at T 1 on the first 200 of them pass@8 and the share of answers that reason
     python evaluation.py runs/mine/ckpt_step100.pt --level medium
+    python evaluation.py checkpoints/warmstart_many.pt --level many --pass-n 16   # several right answers: how
+                              # many different ones 16 samples give
 
 Used by the warm start (sft.py) and by GRPO training (train.py) alike, so it sits beside
 the task and depends only on the model, the tokenizer and the rewards:
@@ -14,6 +16,7 @@ run reports is what the policy answers when it is not exploring. Under torchrun 
 rank answers every N-th problem and the counts are summed over the ranks.
 """
 import argparse
+import math
 
 import torch
 
@@ -44,7 +47,7 @@ def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256, fallback="
         prompts = [encode_prompt(enc, p.prompt) for p in chunk]
         out = generate(model, prompts, max_new_tokens, stop_tokens(enc), greedy=sampler is None, **(sampler or {}))
         for text, p in zip(decode_completions(enc, out.tokens, out.mask, max(map(len, prompts))), chunk):
-            answers.append((p, text, rewards.correctness_reward(text, p.answer, fallback)))
+            answers.append((p, text, rewards.correctness_reward(text, tasks.graded_answer(p), fallback)))
     model.train(was_training)
     correct = sum(right for _, _, right in answers)
     fmt = sum(rewards.format_reward(text) for _, text, _ in answers)
@@ -53,19 +56,44 @@ def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256, fallback="
 
 
 @torch.no_grad()
-def pass_at_k(model, enc, problems, k=8, temperature=1.0, seed=0, max_new_tokens=40):
-    """k samples of each problem -> {"pass": the share of problems with at least one correct
-    answer among them, "reasoned": the share of the samples that open with <think>}."""
+def pass_at_k(model, enc, problems, k=8, temperature=1.0, seed=0, max_new_tokens=40, n=None):
+    """n samples of each problem (n >= k, default k) -> {"pass": pass@k, the unbiased estimate
+    from n samples (unbiased_pass_at_k; with n = k, the share of problems that k answers get
+    right at least once), "pass_1": the share of the samples that are right, "distinct": the
+    number of different right answers a problem's n samples give, "distinct_share": the same as
+    a share of the problem's right answers (tasks.graded_answer; one for a chain), both
+    averaged over the problems, "reasoned": the share of the samples that open with <think>}."""
+    n = k if n is None else n
     gen = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
     was_training = model.training
     model.eval()
-    prompts = [encode_prompt(enc, p.prompt) for p in problems for _ in range(k)]
+    prompts = [encode_prompt(enc, p.prompt) for p in problems for _ in range(n)]
     out = generate(model, prompts, max_new_tokens, stop_tokens(enc), temperature, generator=gen)
     model.train(was_training)
     texts = decode_completions(enc, out.tokens, out.mask, max(map(len, prompts)))
-    hits = [rewards.correctness_reward(t, p.answer) for t, p in zip(texts, (p for p in problems for _ in range(k)))]
-    return {"pass": sum(max(hits[i * k:(i + 1) * k]) for i in range(len(problems))) / len(problems),
+    groups = [(p, texts[i * n:(i + 1) * n]) for i, p in enumerate(problems)]  # each problem's n answers
+    hits = [[rewards.correctness_reward(t, tasks.graded_answer(p)) for t in answers] for p, answers in groups]
+    distinct = [len(right_answers(answers, h)) for (_, answers), h in zip(groups, hits)]
+    n_right = [len(a) if isinstance(a := tasks.graded_answer(p), frozenset) else 1 for p in problems]
+    return {"pass": sum(unbiased_pass_at_k(n, int(sum(h)), k) for h in hits) / len(problems),
+            "pass_1": sum(map(sum, hits)) / len(texts),
+            "distinct": sum(distinct) / len(problems),
+            "distinct_share": sum(d / r for d, r in zip(distinct, n_right)) / len(problems),
             "reasoned": sum(t.startswith(tasks.THINK_OPEN) for t in texts) / len(texts)}
+
+
+def unbiased_pass_at_k(n, c, k):
+    """pass@k from n samples of which c are right (Chen et al. 2021, the Codex paper):
+    1 - C(n - c, k) / C(n, k), the chance that k of the n drawn without replacement hold a
+    right one; with n = k it is 1 if c > 0, else 0."""
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def right_answers(texts, hits):
+    """The different answers among the right completions (hits: 1.0 right, 0.0 wrong): boxed
+    integers compared as integers (`07` is 7), any other answer as its stripped text."""
+    boxed = [rewards.final_answer(t) for t, h in zip(texts, hits) if h]
+    return {v if (v := rewards.parse_int(b)) is not None else b.strip() for b in boxed}
 
 
 def main(args):
@@ -79,10 +107,13 @@ def main(args):
     ev = evaluate(model, enc, problems)
     line = f"greedy accuracy {ev['accuracy']:.1%} (think format {ev['format']:.1%}) on {len(problems)} {args.level} problems"
     if args.pass_k:
-        sampled = problems[:args.pass_k_problems]
-        pk = pass_at_k(model, enc, sampled, args.pass_k, seed=args.seed)
+        sampled, n = problems[:args.pass_k_problems], args.pass_n or args.pass_k
+        pk = pass_at_k(model, enc, sampled, args.pass_k, seed=args.seed, n=n)
         line += (f" | at T 1 on the first {len(sampled)}: pass@{args.pass_k} {pk['pass']:.1%}, "
-                 f"{pk['reasoned']:.1%} of the {args.pass_k * len(sampled)} answers reason")
+                 f"{pk['reasoned']:.1%} of the {n * len(sampled)} answers reason")
+        if args.pass_n:
+            line += (f", pass@1 {pk['pass_1']:.1%}, {pk['distinct']:.2f} different right answers a problem in {n} "
+                     f"({pk['distinct_share']:.1%} of its right answers)")
     print(line)
 
 
@@ -93,12 +124,17 @@ if __name__ == "__main__":
     ap.add_argument("--level", default="medium", help=f"difficulty of the held-out set ({', '.join(tasks.LEVELS)})")
     ap.add_argument("--eval-size", type=int, default=500, help="held-out problems, answered greedily")
     ap.add_argument("--pass-k", type=int, default=8, help="samples per problem at T 1 (0: skip)")
+    ap.add_argument("--pass-n", type=int, default=0, metavar="N",
+                    help="samples per problem, N >= --pass-k: pass@k estimated from N (unbiased), and the different "
+                         "right answers a problem's N samples give (0: N = --pass-k, without them)")
     ap.add_argument("--pass-k-problems", type=int, default=200, help="the first N held-out problems are sampled")
     ap.add_argument("--seed", type=int, default=0, help="seeds the samples")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     cli = ap.parse_args()
     try:
         tasks.check_level(cli.level)
+        if cli.pass_n and not cli.pass_n >= cli.pass_k > 0:
+            raise ValueError(f"--pass-n {cli.pass_n} needs --pass-k K with 0 < K <= N, got {cli.pass_k}")
         main(cli)
     except (ValueError, CheckpointError) as e:
         ap.exit(2, f"evaluation.py: error: {e}\n")

@@ -41,6 +41,11 @@ RARE = ["--init", "checkpoints/warmstart_rare.pt", "--mu", "8", "--minibatches",
 # stale negatives: an asynchronous trainer's lag, 4 steps, at 3x the default learning rate, so the answers a step
 # trains on were sampled by a policy 4 updates of 3e-4 back
 LAG = ["--rollout-lag", "4", "--lr", "3e-4", "--steps", "60"]
+# diversity: inequalities with 2-6 right digits (tasks.py), from a warm start whose 16 samples of a held-out problem
+# give 3.1 different right digits; 16 updates a rollout settle each problem on fewer. pass@8 from 16 answers a problem
+# and the different right answers among them (--eval-pass-n) at each evaluation
+MANY = ["--level", "medium_many", "--eval-level", "many", "--init", "checkpoints/warmstart_many.pt", "--mu", "4",
+        "--minibatches", "4", "--steps", "40", "--eval-every", "20", "--eval-pass-k", "8", "--eval-pass-n", "16"]
 KL_REUSE = ["--kl", "0.5", "--mu", "4", "--minibatches", "4", "--exact-kl"]  # a strong KL on pi_old's samples, and
 # its exact value beside it
 EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
@@ -152,6 +157,8 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "lag": (LAG, "the default trained on rollouts 4 steps old at lr 3e-4: stale wrong answers made likelier"),
     "lag_dual_clip": ([*LAG, "--dual-clip", "3"], "... with the dual clip, c = 3 (verl's clip_ratio_c)"),
     "lag_masked": ([*LAG, "--off-policy-mask", "0.1"], "... with off-policy sequence masking, delta 0.1 (the book's)"),
+    "many": (MANY, "inequalities with several right digits, 16 updates a rollout: each problem settles on fewer"),
+    "many_entropy": ([*MANY, "--entropy-coef", "0.03"], "... with an entropy bonus, alpha 0.03"),
     "default_passk": (["--eval-pass-k", "8"], "the default, with pass@8 at each evaluation"),
     "entropy_bonus_01": (["--eval-pass-k", "8", "--entropy-coef", "0.1"], "... with an entropy bonus, alpha 0.1"),
 }
@@ -193,7 +200,8 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "fixes_tis": (["book_runaway_temperature", "book_runaway_temperature_tis"],
                   "eval_acc,eval_sampled_acc,entropy,tis_weight_max,sampler_kl_k3"),
     "fixes_dynamic": (["ds4", "ds4_dynamic"], "signal_groups,zero_std_frac,eval_acc"),
-    "fixes_entropy": (["default_passk", "entropy_bonus_01"], "entropy,eval_pass_at_k,eval_acc"),
+    "fixes_entropy": (["many", "many_entropy"], "eval_distinct,eval_pass_at_k,entropy,eval_acc"),
+    "entropy_passk": (["default_passk", "entropy_bonus_01"], "entropy,eval_pass_at_k,eval_acc"),
     "fixes_kl": (["kl_reuse", "kl_reuse_reweight"], "kl_rel_gap,kl+kl_exact,ppo_kl,eval_acc,entropy"),
     "fixes_lag": (["lag", "lag_dual_clip", "lag_masked"], "grad_norm_max,neg_ratio_above_3,neg_sampler_kl,eval_acc"),
     "fixes_rare": (["rare", "rare_clip_higher", "rare_cispo"], "reward_format,clip_frac_high,clip_high_lowp_frac,eval_acc"),
@@ -295,8 +303,8 @@ FIXES = {
     "kl_reweight": ("9", "a KL estimated on pi_old's samples", "KL 0.5, 16 updates a rollout, token mean, 50 steps",
                     ("kl_reuse", "kl_reuse_reweight"), "kl_bias", "lower", (0.13, "points")),
     # judged by what it exists for, answers kept diverse, not by the entropy it raises by construction
-    "entropy_bonus": ("-", "lost diversity", "the default", ("default_passk", "entropy_bonus_01"), "pass_final",
-                      "higher", (0.035, "points")),
+    "entropy_bonus": ("-", "lost diversity: one right answer kept of several", "inequalities with 2-6 right digits, "
+                      "16 updates a rollout", ("many", "many_entropy"), "distinct_final", "higher", (0.14, "relative")),
     "clip_higher": ("5", "a rare token that pays, clipped", "a warm start that seldom reasons, 16 updates a rollout",
                     ("rare", "rare_clip_higher"), "think_half_step", "lower", (0.35, "relative")),
     "cispo": ("-", "a rare token that pays, its gradient dropped", "a warm start that seldom reasons, 16 updates "
@@ -321,7 +329,7 @@ GATES = {
     "keep_mask": ("mean_tis_weight_mean", "the learner's mass on what the sampler can draw"),
     "tis": ("mean_sampler_kl_k3", "KL(sampler || learner) a token"),
     "kl_reweight": ("mean_ppo_kl", "KL(pi_old || pi) an update"),
-    "entropy_bonus": ("entropy", "the entropy, last 10 steps"),
+    "entropy_bonus": ("distinct_fall", "the different right answers a problem: their fall from step 0"),
     "gspo": ("early_logratio_std_token", "the token log-ratio's spread, first 10 steps"),
     "clip_higher": ("mean_clip_high_lowp_frac", "of the high-clipped tokens, the share below p 0.2"),
     "cispo": ("mean_clip_high_lowp_frac", "of the high-clipped tokens, the share below p 0.2"),
@@ -335,6 +343,7 @@ METRICS = {  # run_summary's keys, as the fixes table names them
     "drop": "greedy accuracy's fall from its peak",
     "kl_bias": "KL estimate's bias, \\|mean (estimate - exact) / exact\\| over the run",
     "pass_final": "pass@k at the last evaluation",
+    "distinct_final": "different right answers a held-out problem in 16 samples, end",
     "sampler_entropy": "the sampled policy's entropy, last 10 steps",
     "think_half_step": "steps until half the sampled answers reason",
     "clipped_steps": "steps whose largest gradient norm before clipping passed 1 (--max-grad-norm)",
@@ -466,6 +475,11 @@ def run_summary(rows):
     out["kl_error"] = mean(abs(e) for e in errors)
     passes = [r["eval_pass_at_k"] for r in rows if plot.is_number(r.get("eval_pass_at_k"))]
     out["pass_final"] = passes[-1] if passes else float("nan")
+    # diversity (--eval-pass-n): the different right answers a held-out problem's N samples give, at the first
+    # and the last evaluation, and their fall between: a policy settling on one right answer a problem
+    distinct = [r["eval_distinct"] for r in rows if plot.is_number(r.get("eval_distinct"))]
+    out["distinct_start"], out["distinct_final"] = (distinct[0], distinct[-1]) if distinct else (float("nan"),) * 2
+    out["distinct_fall"] = out["distinct_start"] - out["distinct_final"]
     # the aha moment: the first step whose 3-step mean of the reasoned share (format check) reaches one half
     think = trailing_means(rows, "reward_format", 3)
     out["think_half_step"] = next((s for s, m in zip(*think) if m >= 0.5), float("nan"))

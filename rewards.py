@@ -100,11 +100,15 @@ def parse_int(s: str) -> int | None:
         return None
 
 
-def correctness_reward(completion: str, answer: int | str, fallback: str = "none") -> float:
+def correctness_reward(completion: str, answer: int | str | frozenset, fallback: str = "none") -> float:
+    """1.0 if the last box holds the answer: an integer, any of a frozenset of integers (an
+    inequality's right digits, tasks.graded_answer), or a MATH answer in any of its forms."""
     given = final_answer(completion, fallback)
     if isinstance(answer, str):  # MATH: any of its answer forms
         return float(given is not None and math_answer_equal(given, answer))
     value = None if given is None else parse_int(given)
+    if isinstance(answer, frozenset):  # several right answers: any one of them
+        return 1.0 if value in answer else 0.0
     return 1.0 if value is not None and value == answer else 0.0
 
 
@@ -169,7 +173,7 @@ def term_weights(format_weight: float) -> dict:
     return {"correct": 1.0, "format_paid": format_weight, "overlong": 1.0}
 
 
-def score(completion: str, answer: int | str, n_tokens: int, *, format_weight: float = 0.0,
+def score(completion: str, answer: int | str | frozenset, n_tokens: int, *, format_weight: float = 0.0,
           gated: bool = False, max_len: int = 0, overlong_cache: int = 0, format_check: str = "strict") -> dict:
     """Every term (and the raw format check) as floats, and their weighted total."""
     correct = correctness_reward(completion, answer)

@@ -16,6 +16,7 @@ by imitation, deliberately leaving room for RL:
 
     python sft.py                      # about 3 minutes on one CPU thread -> checkpoints/warmstart.pt
     python sft.py --level mixed_search --label-smoothing 0.2 --out checkpoints/warmstart_search.pt  # 8 min
+    python sft.py --level mixed_many --eval-level many --out checkpoints/warmstart_many.pt    # 9 min
     python sft.py --steps 50 --out /tmp/tiny.pt
     torchrun --nproc-per-node 2 sft.py           # 2 processes (gloo, CPU), batch split over them
 
@@ -30,6 +31,12 @@ against 0.07 nats and none for the default warm start (tests/test_warmstart.py).
 sampler at T 0.8 with top-p 0.9 cuts that tail off; the learner at T 1 does not.
 Departure from the book's base model: its tail comes from pretraining on text, ours is
 put there by eps.
+
+The entropy bonus's warm start (`--level mixed_many`, EXPERIMENTS.md, the closing list)
+imitates chains and, half the time, inequalities with several right digits (tasks.py:
+`Find ? in: ?*3+2>20`), whose reference boxes the first right digit of a random order of
+tries: sampled, it gives different right digits to the same problem, which RL can keep or
+settle on one of.
 
 Prints a progress line (step, loss, tokens/s, ETA) and, at the end, greedy accuracy and
 pass@8 on the RL eval set. Departure from the book: the chapter starts from a pretrained
@@ -59,6 +66,8 @@ SHIPPED = {  # the warm starts that come with the code (each with its sha256 bes
     "checkpoints/warmstart_search.pt": "python sft.py --level mixed_search --label-smoothing 0.2 "
                                        "--out checkpoints/warmstart_search.pt",
     "checkpoints/warmstart_rare.pt": "python sft.py --think-opening-frac 0.01 --out checkpoints/warmstart_rare.pt",
+    "checkpoints/warmstart_many.pt": "python sft.py --level mixed_many --eval-level many "
+                                     "--out checkpoints/warmstart_many.pt",
 }
 
 

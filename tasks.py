@@ -27,6 +27,14 @@ the streams they always had.
     prompt      Find ? in: ?*3+2=20
     reasoning   <think>4*3=12 12+2=14 9*3=27 27+2=29 6*3=18 18+2=20</think>\\boxed{6}
 
+The entropy bonus's regime (EXPERIMENTS.md, the closing list) asks for an inequality
+instead, with 2-6 right digits (`answers`), so that a policy can keep several of them or
+settle on one: `mixed_many` is its warm start, `medium_many` its RL problems and `many`,
+its searches alone, its held-out set.
+
+    prompt      Find ? in: ?*3+2>20
+    reasoning   <think>4*3=12 12+2=14 9*3=27 27+2=29</think>\\boxed{9}      (7, 8 and 9 are right)
+
 Difficulty = number of operations and share of searches, selected by name (`LEVELS`). The held-out split is
 decided by a hash of the expression (`is_eval`), not by a seed, so an eval problem can
 never be drawn for training at any level, and the eval set is the same for every run.
@@ -56,18 +64,23 @@ PROMPT_TEMPLATE = "Evaluate left to right: {expr}\n"  # the one prompt template
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 SEARCH_TEMPLATE = "Find ? in: {expr}\n"  # the search problems' prompt
 LEVELS = {  # name -> (relative frequency of chains of 1, 2, 3, 4 operations, share of search problems,
-    #           a search's budget of tries: None searches until it finds the digit)
-    "easy": ((1, 1, 0, 0), 0.0, None),
-    "medium": ((0, 1, 1, 0), 0.0, None),
-    "hard": ((0, 0, 1, 1), 0.0, None),
-    "mixed": ((4, 3, 2, 1), 0.0, None),  # the warm start: mostly short chains, a few long ones
+    #           a search's budget of tries: None searches until it finds the digit,
+    #           the searches' relations: "=" one right digit, "<>" an inequality with several)
+    "easy": ((1, 1, 0, 0), 0.0, None, "="),
+    "medium": ((0, 1, 1, 0), 0.0, None, "="),
+    "hard": ((0, 0, 1, 1), 0.0, None, "="),
+    "mixed": ((4, 3, 2, 1), 0.0, None, "="),  # the warm start: mostly short chains, a few long ones
     # the runaway's regime (EXPERIMENTS.md, lesson 4): chains and searches, whose failures are long
-    "mixed_search": ((4, 3, 2, 1), 0.5, None),  # its warm start
-    "medium_search": ((0, 1, 1, 0), 0.75, None),  # its RL problems; it is evaluated on medium's chains
+    "mixed_search": ((4, 3, 2, 1), 0.5, None, "="),  # its warm start
+    "medium_search": ((0, 1, 1, 0), 0.75, None, "="),  # its RL problems; it is evaluated on medium's chains
     # ... with a budget: a search gives up after 3 tries with a guess, so every honest answer, right or
     # wrong, ends by itself, and a cap 2-3 times the longest leaves a flattening learner room to ramble
-    "mixed_budget": ((4, 3, 2, 1), 0.5, 3),  # its warm start
-    "medium_budget": ((0, 1, 1, 0), 0.75, 3),
+    "mixed_budget": ((4, 3, 2, 1), 0.5, 3, "="),  # its warm start
+    "medium_budget": ((0, 1, 1, 0), 0.75, 3, "="),
+    # diversity (the entropy bonus, EXPERIMENTS.md): inequality searches, 2-6 right digits each
+    "mixed_many": ((4, 3, 2, 1), 0.5, None, "<>"),  # its warm start
+    "medium_many": ((0, 1, 1, 0), 0.75, None, "<>"),  # its RL problems
+    "many": ((0, 1, 1, 0), 1.0, None, "<>"),  # its held-out set: searches alone, where diversity can be seen
 }
 MAX_VALUE = 30  # every intermediate result stays in 0..MAX_VALUE
 EVAL_SEED = 1234
@@ -93,14 +106,16 @@ class Problem:
 
 
 def check_level(level):
-    """(chain-length weights, share of searches, try budget) of a level, or one line naming the
-    levels, or the numbers of a level that cannot work."""
+    """(chain-length weights, share of searches, try budget, relations) of a level, or one line
+    naming the levels, or the numbers of a level that cannot work."""
     if level not in LEVELS:
         raise ValueError(f"unknown difficulty {level!r}; choose one of {', '.join(LEVELS)}")
-    weights, share, budget = LEVELS[level]
-    if min(weights) < 0 or sum(weights) <= 0 or not 0 <= share <= 1 or (budget is not None and budget < 1):
+    weights, share, budget, relations = LEVELS[level]
+    if (min(weights) < 0 or sum(weights) <= 0 or not 0 <= share <= 1 or (budget is not None and budget < 1)
+            or relations not in ("=", "<>") or (relations == "<>" and budget is not None)):
         raise ValueError(f"level {level!r} cannot work: chain weights {weights} (>= 0, some > 0), search share "
-                         f"{share} (in [0, 1]), try budget {budget} (>= 1, or None)")
+                         f"{share} (in [0, 1]), try budget {budget} (>= 1, or None; None for inequalities), "
+                         f"relations {relations!r} ('=' or '<>')")
     return LEVELS[level]
 
 
@@ -146,11 +161,18 @@ class SearchProblem:
     The reference tries the digits in a random order until the right one, so it is as
     long as the search took, and a search that has not found it by the token cap is cut
     off, long and wrong: the book's wrong answers are its long ones too.
+
+    An inequality has several right digits (`answers`), and its reference boxes the first
+    one its random order reached, so answers sampled from a model that imitates it differ:
+
+        prompt      Find ? in: ?*3+2>20
+        reasoning   <think>4*3=12 12+2=14 9*3=27 27+2=29</think>\\boxed{9}
     """
     expr: str  # "?*3+2=20"
     answer: int  # 6
     tries: tuple  # ("4*3=12 12+2=14", "9*3=27 27+2=29", "6*3=18 18+2=20"): the last one is right
     guess: int = None  # with a budget of tries that ran out first: the untried digit it boxes instead
+    answers: frozenset = None  # an inequality (?*3+2>20): every right digit, `answer` the one its reference found
 
     @property
     def prompt(self):
@@ -176,6 +198,14 @@ def _chain_from(x, ops):
     return value, steps
 
 
+def _search(rng, results, right):
+    """(the order the digits are tried in, the tries up to the first right digit, as text): a
+    random order of the digits whose chain stays in 0..MAX_VALUE (results: x -> (value, steps))."""
+    order = [g for g in rng.sample(range(1, 10), 9) if results[g][0] is not None]
+    found = next(i for i, g in enumerate(order) if g in right)
+    return order, tuple(" ".join(results[g][1]) for g in order[:found + 1])
+
+
 def make_search_problem(rng, n_ops, budget=None):
     """One random search over the digits 1..9 whose chain of n_ops operations has one answer;
     with a budget, a search that has not found it after `budget` tries boxes an untried
@@ -187,12 +217,38 @@ def make_search_problem(rng, n_ops, budget=None):
         target = results[x][0]
         if target is None or sum(value == target for value, _ in results.values()) != 1:
             continue
-        order = [g for g in rng.sample(range(1, 10), 9) if results[g][0] is not None]  # the tries' order
-        tries = tuple(" ".join(results[g][1]) for g in order[:order.index(x) + 1])
+        order, tries = _search(rng, results, {x})
         expr = "?" + "".join(f"{op}{b}" for op, b in ops) + f"={target}"
         if budget is None or len(tries) <= budget:
             return SearchProblem(expr, x, tries)
         return SearchProblem(expr, x, tries[:budget], guess=rng.choice(order[budget:]))
+
+
+MANY_RIGHT = (2, 6)  # an inequality's right digits: at least 2, at most 6 of the 9, never every valid one
+
+
+def make_inequality_problem(rng, n_ops):
+    """One random search over the digits 1..9 for those whose chain of n_ops operations ends
+    above (>) or below (<) a target: 2-6 right digits, and at least one digit whose chain stays
+    in 0..MAX_VALUE is wrong. The reference boxes the first right digit its random order tries."""
+    lo, hi = MANY_RIGHT
+    while True:
+        ops = [(rng.choice("+-*"), rng.randint(1, 9)) for _ in range(n_ops)]
+        results = {x: _chain_from(x, ops) for x in range(1, 10)}  # x -> (value, steps)
+        relation, target = rng.choice("<>"), rng.randint(0, MAX_VALUE)
+        valid = {x for x, (value, _) in results.items() if value is not None}
+        right = {x for x in valid if (results[x][0] > target if relation == ">" else results[x][0] < target)}
+        if not lo <= len(right) <= hi or right == valid:
+            continue
+        order, tries = _search(rng, results, right)
+        expr = "?" + "".join(f"{op}{b}" for op, b in ops) + f"{relation}{target}"
+        return SearchProblem(expr, order[len(tries) - 1], tries, answers=frozenset(right))
+
+
+def graded_answer(p):
+    """What a completion's boxed answer is checked against (rewards.correctness_reward): the
+    set of right digits of an inequality, else the problem's one answer."""
+    return p.answers if isinstance(p, SearchProblem) and p.answers else p.answer
 
 
 def longest_answer(level, count, n=2000):
@@ -211,12 +267,16 @@ def longest_first_try(level, count, n=2000):
 
 def problems(level, seed, split="train"):
     """Endless deterministic stream of problems of one split (train or eval)."""
-    weights, search_share, budget = check_level(level)
+    weights, search_share, budget, relations = check_level(level)
     rng = random.Random(seed)
     while True:
         n_ops = rng.choices(range(1, len(weights) + 1), weights)[0]
         if search_share and rng.random() < search_share:  # (levels without searches draw as they always did)
-            p = make_search_problem(rng, rng.choice((1, 2)), budget)
+            n_search = rng.choice((1, 2))
+            if relations == "=":
+                p = make_search_problem(rng, n_search, budget)
+            else:
+                p = make_inequality_problem(rng, n_search)
         else:
             p = make_problem(rng, n_ops)
         if is_eval(p.expr) == (split == "eval"):

@@ -140,10 +140,15 @@ def evaluate_and_save(policy, enc, evalset, args, device, run_dir, extra, step, 
                                   args.eval_fallback, sampler)
             record["eval_sampled_acc"] = ev_sampled["accuracy"]
         if args.eval_pass_k:
-            record["eval_pass_at_k"] = pass_at_k(policy, enc, evalset[:200], args.eval_pass_k, args.temperature,
-                                                 pass_seed, args.max_new_tokens)["pass"]
+            pk = pass_at_k(policy, enc, evalset[:200], args.eval_pass_k, args.temperature, pass_seed,
+                           args.max_new_tokens, args.eval_pass_n or None)
+            record["eval_pass_at_k"] = pk["pass"]
+            if args.eval_pass_n:  # several answers a problem: how many different right ones they give
+                record.update(eval_pass_at_1=pk["pass_1"], eval_distinct=pk["distinct"],
+                              eval_distinct_share=pk["distinct_share"])
     sampled = f" | sampled {record['eval_sampled_acc']:.1%}" if args.eval_sampled else ""
     sampled += f" | pass@{args.eval_pass_k} {record['eval_pass_at_k']:.1%}" if args.eval_pass_k else ""
+    sampled += f" | {record['eval_distinct']:.2f} right answers a problem" if args.eval_pass_n else ""
     if rank != 0:  # rank 0 alone prints and writes the run folder
         return
     print(f"eval step {step}: accuracy {ev['accuracy']:.1%}{sampled} | think format {ev['format']:.1%} "

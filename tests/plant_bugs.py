@@ -183,8 +183,17 @@ BUGS = [
   "tests/test_rewards.py -k extract_boxed"),
  ("book fallback takes the first number", "rewards.py", "return numbers[-1] if numbers else text", "return numbers[0] if numbers else text",
   "tests/test_rewards.py -k final_answer"),
- ("evaluation ignores --eval-fallback", "evaluation.py", "rewards.correctness_reward(text, p.answer, fallback)", "rewards.correctness_reward(text, p.answer)",
+ ("evaluation ignores --eval-fallback", "evaluation.py", "rewards.correctness_reward(text, tasks.graded_answer(p), fallback)", "rewards.correctness_reward(text, tasks.graded_answer(p))",
   "tests/test_evaluation.py -k hand_built"),
+ # several right answers (the entropy bonus's regime)
+ ("an inequality accepts only the reference's digit", "tasks.py", "    return p.answers if isinstance(p, SearchProblem) and p.answers else p.answer", "    return p.answer",
+  "tests/test_tasks_tokenizer.py -k inequality"),
+ ("several right answers: any integer counts", "rewards.py", "        return 1.0 if value in answer else 0.0", "        return 1.0 if value is not None else 0.0",
+  "tests/test_rewards.py -k several"),
+ ("pass@k from n samples: the biased 1 - (1 - c/n)^k", "evaluation.py", "    return 1.0 - math.comb(n - c, k) / math.comb(n, k)", "    return 1.0 - (1 - c / n) ** k",
+  "tests/test_evaluation.py -k unbiased"),
+ ("different right answers counted as strings", "evaluation.py", "    return {v if (v := rewards.parse_int(b)) is not None else b.strip() for b in boxed}", "    return set(boxed)",
+  "tests/test_evaluation.py -k different_right"),
  # the fast decode path (tests/test_decoding.py)
  ("decoding: the cache written one position late", "decoding.py", "self.k.index_copy_(2, index, k.to(self.k.dtype))", "self.k.index_copy_(2, index + 1, k.to(self.k.dtype))",
   "tests/test_decoding.py -k fixed_shape"),

@@ -162,6 +162,26 @@ def test_a_refused_rollout_lag_exits_2_in_one_line_before_anything_is_written(ar
     assert not os.listdir(tmp_path)  # no run folder
 
 
+@pytest.mark.parametrize("argv", [["--eval-pass-n", "16"], ["--eval-pass-k", "8", "--eval-pass-n", "4"],
+                                  ["--eval-pass-k", "8", "--eval-pass-n", "-1"]])
+def test_eval_pass_n_without_a_k_it_can_estimate_is_refused_in_one_line(argv, tmp_path):
+    """--eval-pass-n N estimates pass@K from N answers: without --eval-pass-k, or with N < K, it cannot."""
+    out = subprocess.run([sys.executable, "train.py", *argv, "--runs-dir", str(tmp_path), "--run-name", "r"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "train.py: error: --eval-pass-n" in out.stderr and "needs --eval-pass-k K with 0 < K <= N" in out.stderr
+    assert not os.listdir(tmp_path)  # no run folder
+    ok = subprocess.run([sys.executable, "train.py", "--eval-pass-k", "8", "--eval-pass-n", "16", "--print-config"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and '"eval_pass_n": 16' in ok.stdout
+
+
+def test_evaluation_refuses_pass_n_below_pass_k_in_one_line():
+    out = subprocess.run([sys.executable, "evaluation.py", "--pass-k", "8", "--pass-n", "4"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr == "evaluation.py: error: --pass-n 4 needs --pass-k K with 0 < K <= N, got 8\n"
+
+
 def test_a_run_with_a_rollout_lag_refuses_to_resume_and_leaves_its_folder_as_it_was(tmp_path):
     """The queue of batches a lagged run trains on is not in its checkpoint: --resume is refused in one
     line (exit 2), naming the weights a new run can start from, and the run's logs are not truncated."""

@@ -1,4 +1,5 @@
 """evaluation.evaluate: greedy and deterministic, counting right, on a held-out set training never sees; pass@k."""
+import itertools
 import json
 import os
 import subprocess
@@ -111,28 +112,60 @@ def test_evaluate_counts_the_correct_answers_on_a_hand_built_case(warm_policy, m
     assert sum(right for _, _, right in out["answers"]) == pytest.approx(accuracy * 5)
 
 
-def test_pass_at_k_and_the_reasoned_share_on_a_hand_built_case(warm_policy, monkeypatch):
-    model, enc = warm_policy()
-    problems = [tasks.Problem("2+2", 4, ("2+2=4",)), tasks.Problem("3*3", 9, ("3*3=9",))]
-    samples = {"2+2": ["<think>2+2=4</think>\\boxed{4}", "\\boxed{5}"],  # one right (reasoned) of two
-               "3*3": ["<think>3*3=6</think>\\boxed{6}", "\\boxed{8}"]}  # none right, one reasoned
-    by_prompt = {tuple(encode_text(enc, p.prompt)): samples[p.expr] for p in problems}
-
+def sampler_writing(enc, by_prompt):
+    """A stand-in for decoding.generate whose i-th copy of a prompt writes by_prompt[prompt ids][i]."""
     def generate(model, prompts, max_new_tokens, stop, temperature=1.0, generator=None, **kw):
         assert temperature == 1.0 and generator is not None and not kw.get("greedy")  # sampled, seeded
         assert stop == (enc.eot_token,)  # to <|endoftext|>
         eos_id = stop[0]
         P, seen = max(map(len, prompts)), {}
         rows = []
-        for p in prompts:  # the k copies of a prompt are adjacent: each gets the next sample
+        for p in prompts:  # the n copies of a prompt are adjacent: each gets the next sample
             i = seen[tuple(p)] = seen.get(tuple(p), -1) + 1
             rows.append([eos_id] * (P - len(p)) + p + encode_completion(enc, by_prompt[tuple(p)][i]) + [eos_id])
         L = max(map(len, rows))
         tokens = torch.tensor([r + [eos_id] * (L - len(r)) for r in rows])
         mask = torch.tensor([[P - len(p) <= j < len(r) for j in range(L)] for p, r in zip(prompts, rows)])
         return Sampled(tokens, mask, None, None, None)
-    monkeypatch.setattr(evaluation, "generate", generate)
-    assert evaluation.pass_at_k(model, enc, problems, k=2) == {"pass": 0.5, "reasoned": 0.5}
+    return generate
+
+
+def test_pass_at_k_and_the_reasoned_share_on_a_hand_built_case(warm_policy, monkeypatch):
+    model, enc = warm_policy()
+    problems = [tasks.Problem("2+2", 4, ("2+2=4",)), tasks.Problem("3*3", 9, ("3*3=9",))]
+    samples = {"2+2": ["<think>2+2=4</think>\\boxed{4}", "\\boxed{5}"],  # one right (reasoned) of two
+               "3*3": ["<think>3*3=6</think>\\boxed{6}", "\\boxed{8}"]}  # none right, one reasoned
+    by_prompt = {tuple(encode_text(enc, p.prompt)): samples[p.expr] for p in problems}
+    monkeypatch.setattr(evaluation, "generate", sampler_writing(enc, by_prompt))
+    out = evaluation.pass_at_k(model, enc, problems, k=2)
+    assert {k: out[k] for k in ("pass", "reasoned")} == {"pass": 0.5, "reasoned": 0.5}
+
+
+def test_pass_at_k_from_more_samples_and_the_different_right_answers_on_a_hand_built_case(warm_policy, monkeypatch):
+    """4 samples of an inequality with right digits {2, 3, 5} (02 is 2 again) and of a chain:
+    pass@2 by Chen et al.'s estimate, and the different right answers, as counts and as shares."""
+    model, enc = warm_policy()
+    inequality = tasks.SearchProblem("?+1<7", 2, ("2+1=3",), answers=frozenset({2, 3, 5}))
+    chain = tasks.Problem("3*3", 9, ("3*3=9",))
+    samples = {inequality.expr: ["\\boxed{2}", "<think>2+1=3</think>\\boxed{02}", "\\boxed{3}", "\\boxed{6}"],
+               chain.expr: ["\\boxed{9}", "\\boxed{8}", "\\boxed{8}", "\\boxed{6}"]}
+    problems = [inequality, chain]
+    by_prompt = {tuple(encode_text(enc, p.prompt)): samples[p.expr] for p in problems}
+    monkeypatch.setattr(evaluation, "generate", sampler_writing(enc, by_prompt))
+    out = evaluation.pass_at_k(model, enc, problems, k=2, n=4)
+    # 3 right of 4: every pair holds one (1); 1 right of 4: 3 of the 6 pairs do (1/2)
+    assert out["pass"] == pytest.approx((1 + 0.5) / 2) and out["pass_1"] == pytest.approx(4 / 8)
+    assert out["distinct"] == pytest.approx((2 + 1) / 2)  # {2, 3} and {9}
+    assert out["distinct_share"] == pytest.approx((2 / 3 + 1 / 1) / 2) and out["reasoned"] == pytest.approx(1 / 8)
+
+
+@pytest.mark.parametrize("n, c, k", [(4, 1, 2), (5, 2, 3), (6, 0, 2), (6, 6, 3), (8, 3, 8), (16, 5, 4), (7, 1, 1)])
+def test_the_unbiased_pass_at_k_is_the_share_of_k_subsets_holding_a_right_sample(n, c, k):
+    """Chen et al.'s 1 - C(n-c, k) / C(n, k) against a count of every k of the n samples."""
+    right = [True] * c + [False] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    by_hand = sum(any(right[i] for i in s) for s in subsets) / len(subsets)
+    assert evaluation.unbiased_pass_at_k(n, c, k) == pytest.approx(by_hand)
 
 
 def test_the_command_prints_greedy_accuracy_pass_at_k_and_the_reasoned_share(tiny_warm):

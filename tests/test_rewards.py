@@ -126,6 +126,17 @@ def test_correctness_reward(completion, answer, expected):
     assert correctness_reward(completion, answer) == expected
 
 
+@pytest.mark.parametrize("completion, expected", [
+    ("\\boxed{7}", 1.0), ("<think>8*3=24</think>\\boxed{8}", 1.0), ("\\boxed{09}", 1.0),  # any right digit
+    ("\\boxed{6}", 0.0), ("\\boxed{78}", 0.0), ("\\boxed{7,8}", 0.0),  # nothing else: not two of them at once
+    ("\\boxed{-7}", 0.0), ("the answer is 7", 0.0), ("\\boxed{7} \\boxed{5}", 0.0),  # the last box counts
+])
+def test_correctness_accepts_any_of_several_right_answers_and_nothing_else(completion, expected):
+    """An inequality (tasks.graded_answer): ?*3+2>20 holds for 7, 8 and 9."""
+    assert correctness_reward(completion, frozenset({7, 8, 9})) == expected
+    assert score(completion, frozenset({7, 8, 9}), 5)["correct"] == expected
+
+
 # ---- format_reward ---------------------------------------------------------------
 
 @pytest.mark.parametrize("completion, expected", [

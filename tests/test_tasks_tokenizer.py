@@ -19,7 +19,7 @@ def test_generator_is_deterministic():
 
 @pytest.mark.parametrize("level", list(tasks.LEVELS))
 def test_reference_solutions_evaluate_to_answer(level):
-    weights, search_share, _ = tasks.LEVELS[level]
+    weights, search_share, _, _ = tasks.LEVELS[level]
     drawn = take(tasks.problems(level, 3), 300)
     searches = [p for p in drawn if isinstance(p, tasks.SearchProblem)]
     assert (len(searches) > 0) == (search_share > 0)
@@ -45,7 +45,7 @@ def test_levels_without_searches_draw_the_problems_they_always_drew():
     assert [p.expr for p in tasks.eval_set("medium", 2)] == ["6+1+1", "2*8+2"]
 
 
-@pytest.mark.parametrize("level", [name for name, (_, share, _) in tasks.LEVELS.items() if share])
+@pytest.mark.parametrize("level", [name for name, (_, share, _, rel) in tasks.LEVELS.items() if share and rel == "="])
 def test_a_search_tries_digits_until_the_one_answer(level):
     """Each try evaluates its digit's chain correctly, no digit twice, the last try is the
     answer, and no other digit 1..9 reaches the target (the answer is unique); with a budget
@@ -90,6 +90,42 @@ def _within_range(expr):
         if not 0 <= value <= tasks.MAX_VALUE:
             return False
     return True
+
+
+@pytest.mark.parametrize("level", [name for name, (_, share, _, rel) in tasks.LEVELS.items() if share and rel == "<>"])
+def test_an_inequality_has_several_right_digits_and_its_reference_finds_one(level):
+    """Its right digits are exactly those whose chain (in 0..MAX_VALUE) ends on the right side of
+    the target, 2-6 of them and never every digit whose chain stays in range; the reference tries
+    digits in turn, each try evaluated right, and boxes the first right one it reaches."""
+    found = set()
+    for p in (p for p in take(tasks.problems(level, 4), 600) if isinstance(p, tasks.SearchProblem)):
+        chain, relation, target = re.fullmatch(r"(\?[-+*\d]+)([<>])(\d+)", p.expr).groups()
+        valid = [x for x in range(1, 10) if _within_range(chain.replace("?", str(x)))]
+        value = {x: tasks.evaluate_chain(chain.replace("?", str(x))) for x in valid}
+        right = {x for x in valid if (value[x] > int(target) if relation == ">" else value[x] < int(target))}
+        assert p.answers == frozenset(right) and 2 <= len(right) <= 6 and right != set(valid)
+        tried = [int(re.match(r"\d+", attempt).group()) for attempt in p.tries]
+        assert len(set(tried)) == len(tried) and set(tried) <= set(valid)
+        assert [x in right for x in tried] == [False] * (len(tried) - 1) + [True]
+        for attempt, x in zip(p.tries, tried):  # each try's steps evaluate its digit's chain
+            assert attempt.split(" ")[-1].endswith("=%d" % value[x])
+        assert p.answer == tried[-1] and p.guess is None
+        assert p.solution() == "<think>" + " ".join(p.tries) + "</think>\\boxed{%d}" % p.answer
+        assert tasks.graded_answer(p) == p.answers
+        found.add((p.expr, p.answer))
+    exprs = {e for e, _ in found}
+    assert len(exprs) > 100 and len({a for e, a in found}) == 9  # every digit is boxed by some reference
+
+
+def test_the_many_held_out_set_is_inequalities_alone_and_a_chain_is_graded_on_its_answer():
+    ev = tasks.eval_set("many", 500)
+    assert len(ev) == 500 and all(isinstance(p, tasks.SearchProblem) and p.answers for p in ev)
+    assert {len(p.answers) for p in ev} == {2, 3, 4, 5, 6}
+    assert all(tasks.is_eval(p.expr) for p in ev)
+    chain = tasks.make_problem(random.Random(0), 2)
+    assert tasks.graded_answer(chain) == chain.answer
+    search = tasks.make_search_problem(random.Random(0), 2)
+    assert tasks.graded_answer(search) == search.answer and search.answers is None
 
 
 def test_longest_first_try_counts_the_shortest_right_search():
@@ -158,11 +194,13 @@ def test_merges_keep_digits_single_and_shorten_boilerplate(enc):
     assert learn_merges(["aaaa"], 5)[0] == b"aa"
 
 
-@pytest.mark.parametrize("bad", [((1, 1, 0, 0), 0.5, 0), ((1, 1, 0, 0), 1.5, None), ((0, 0, 0, 0), 0.0, None),
-                                 ((1, -1, 0, 0), 0.0, None)])
+@pytest.mark.parametrize("bad", [((1, 1, 0, 0), 0.5, 0, "="), ((1, 1, 0, 0), 1.5, None, "="),
+                                 ((0, 0, 0, 0), 0.0, None, "="), ((1, -1, 0, 0), 0.0, None, "="),
+                                 ((1, 1, 0, 0), 0.5, None, ">"), ((1, 1, 0, 0), 0.5, 3, "<>")])
 def test_a_level_that_cannot_work_is_refused_naming_its_numbers(monkeypatch, bad):
-    """A try budget of 0, a search share outside [0, 1], chain weights that draw nothing: one line."""
+    """A try budget of 0, a search share outside [0, 1], chain weights that draw nothing, an unknown
+    relation, a budget on inequalities (whose give-up guess is not written): one line."""
     monkeypatch.setitem(tasks.LEVELS, "bad", bad)
     with pytest.raises(ValueError, match=r"level 'bad' cannot work: chain weights .* try budget") as e:
         next(tasks.problems("bad", 0))
-    assert "\n" not in str(e.value) and str(bad[2]) in str(e.value)
+    assert "\n" not in str(e.value) and str(bad[2]) in str(e.value) and repr(bad[3]) in str(e.value)

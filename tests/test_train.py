@@ -257,6 +257,24 @@ def test_a_run_saved_before_a_flag_existed_resumes_with_its_default(warm, tmp_pa
     assert [r["step"] for r in read_metrics(run_dir)] == [0, 1, 2]
 
 
+def test_eval_pass_n_logs_pass_at_k_from_n_answers_and_the_different_right_ones(warm, tmp_path):
+    """--eval-pass-n 4 with --eval-pass-k 2 on the inequalities: each evaluation logs evaluation.pass_at_k's
+    numbers for its weights (pass@2 from 4 answers, pass@1, the different right answers); without the flag
+    none of the three is logged and pass@K is what it was."""
+    run_dir = train.main(args_for(warm, tmp_path, "--steps", "2", "--eval-level", "many", "--max-new-tokens", "40",
+                                  "--eval-pass-k", "2", "--eval-pass-n", "4"))
+    policy, ckpt = load_checkpoint(os.path.join(run_dir, "ckpt_step2.pt"))
+    from tokenizer import build_tokenizer
+    want = evaluation.pass_at_k(policy, build_tokenizer(ckpt["tokenizer"]), tasks.eval_set("many", 8), 2, 1.0,
+                                train.step_seed(0, 2) + train.PASS_AT_K_SEED, 40, n=4)
+    last = read_metrics(run_dir)[-1]
+    assert last["step"] == 2 and last["eval_pass_at_k"] == pytest.approx(want["pass"])
+    assert (last["eval_pass_at_1"], last["eval_distinct"], last["eval_distinct_share"]) == pytest.approx(
+        (want["pass_1"], want["distinct"], want["distinct_share"]))
+    plain = train.main(args_for(warm, tmp_path / "plain", "--steps", "2", "--eval-pass-k", "2"))
+    assert all("eval_distinct" not in r and "eval_pass_at_1" not in r for r in read_metrics(plain))
+
+
 def read_answers(run_dir):
     with open(os.path.join(run_dir, "answers.jsonl")) as f:
         return [json.loads(line) for line in f]
@@ -361,6 +379,19 @@ def test_a_warm_start_that_never_searched_is_warned_about_once(warm, tmp_path, c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has search problems, but the warm start" in err and "warmstart_search.pt" in err
     cli.check_task_fit(args_for(warm, tmp_path, "--level", "medium", "--max-new-tokens", "40"), enc, ckpt)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_warm_start_that_never_saw_an_inequality_is_warned_about_once(warm, tmp_path, capsys):
+    """medium_many from a warm start of equalities only (the runaway's) or of chains only: one line each."""
+    _, enc, ckpt = cli.load_init(warm)
+    for sft_level, says in (("mixed_search", "has inequalities (several right digits)"), ("easy", "has search problems")):
+        ckpt = {**ckpt, "task": {**ckpt["task"], "sft_level": sft_level}}
+        cli.check_task_fit(args_for(warm, tmp_path, "--level", "medium_many", "--max-new-tokens", "40"), enc, ckpt)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err, err
+    ckpt["task"]["sft_level"] = "mixed_many"
+    cli.check_task_fit(args_for(warm, tmp_path, "--level", "medium_many", "--max-new-tokens", "40"), enc, ckpt)
     assert capsys.readouterr().err == ""
 
 

@@ -44,7 +44,7 @@ NEAR = {
 # A without-run's numbers, about as recorded (EXPERIMENTS.md), one for each metric a fix is judged by
 TYPICAL = {"mean_signal_groups": 2.8, "late_resp_len_wrong": 21.4, "mean_truncated_frac": 0.22, "sampled_final": 0.40,
            "drop": 0.80, "kl_bias": 0.19, "pass_final": 0.90, "sampler_entropy": 3.5,
-           "think_half_step": 15,
+           "think_half_step": 15, "distinct_final": 2.0,
            "clipped_steps": 0.2}
 
 
@@ -118,7 +118,7 @@ def test_a_lesson_whose_run_lacks_a_number_names_it_or_does_not_read_it(lesson):
 # arrangement of that range with the largest spread.
 RECORDED_WITHOUT = {"dynamic_sampling": [2.78, 2.82, 2.78], "token_mean": [23.6, 18.5, 22.1],
                     "drgrpo": [23.6, 18.5, 22.1], "overlong": [0.20, 0.20, 0.27], "keep_mask": [0.47, 0.30, 0.42],
-                    "tis": [0.39, 0.10, 0.69], "kl_reweight": [0.09, 0.07, 0.19], "entropy_bonus": [0.935, 0.935, 0.965],
+                    "tis": [0.39, 0.10, 0.69], "kl_reweight": [0.09, 0.07, 0.19], "entropy_bonus": [2.09, 2.11, 1.87],
                     "gspo": [2.74, 2.81, 2.77], "clip_higher": [15, 18, 13], "cispo": [15, 18, 13],
                     "dual_clip": [0.217, 0.183, 0.233], "off_policy_mask": [0.217, 0.183, 0.233],
                     "gdpo": [11, 14, 12]}
@@ -142,7 +142,8 @@ def hand_made_run():
     a table reads is known by hand (the expected values below say how)."""
     acc = {10: 0.5, 20: 0.8, 30: 0.7, 40: 0.6, 50: 0.65, 60: 0.6, 70: 0.5, 80: 0.55, 90: 0.45, 100: 0.4}
     sampled = {10: 0.6, 20: 0.7, 30: 0.9, 40: 0.8, 50: 0.7, 60: 0.6, 70: 0.5, 80: 0.45, 90: 0.4, 100: 0.35}
-    rows = [{"step": 0, "time": 0.0, "eval_acc": 0.3, "eval_sampled_acc": 0.2, "eval_pass_at_k": 0.5, "ln_vocab": 5.66}]
+    rows = [{"step": 0, "time": 0.0, "eval_acc": 0.3, "eval_sampled_acc": 0.2, "eval_pass_at_k": 0.5, "ln_vocab": 5.66,
+             "eval_distinct": 3.0}]
     for s in range(1, 101):
         reward = 0.0 if s <= 30 else 1.0 if s <= 60 else 0.5
         row = {"step": s, "time": 3.0 * s, "reward": reward, "reward_correct": 0.8 * reward,
@@ -154,7 +155,8 @@ def hand_made_run():
                "kl_exact": 0.5, "kl": 0.6 if s % 2 else 0.45, "signal_groups": 3 if s <= 50 else 4,
                "sampler_entropy": 0.2 if s > 90 else 1.5, "grad_norm_max": 2.0 if s <= 50 else 1.0}
         if s % 10 == 0:
-            row.update(eval_acc=acc[s], eval_sampled_acc=sampled[s], eval_pass_at_k=0.95 if s == 100 else 0.9)
+            row.update(eval_acc=acc[s], eval_sampled_acc=sampled[s], eval_pass_at_k=0.95 if s == 100 else 0.9,
+                       eval_distinct=3.0 - s / 80)
         rows.append(row)
     return rows
 
@@ -168,6 +170,9 @@ EXPECTED = [  # (run_summary key, value, how it is known)
     ("sampled_peak", 0.9, "the highest sampled evaluation, step 30"),
     ("sampled_final", 0.35, "the last sampled evaluation"),
     ("pass_final", 0.95, "pass@k at the last evaluation"),
+    ("distinct_start", 3.0, "the different right answers a problem at the first evaluation, step 0"),
+    ("distinct_final", 1.75, "... at the last: 3 - 100 / 80"),
+    ("distinct_fall", 1.25, "start - final"),
     ("minutes", 5.0, "300 s at the last step"),
     ("ln_vocab", 5.66, "logged at step 0"),
     ("reward", 0.5, "last 10 steps"),
