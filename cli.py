@@ -192,6 +192,8 @@ def check_args(args):
                          f"estimated from N answers a problem), got --eval-pass-k {args.eval_pass_k}")
     if args.clip < 0 or (args.clip_high is not None and args.clip_high < 0):
         raise ValueError("--clip and --clip-high must be >= 0")
+    if not 0 <= args.kl_cov < 1:
+        raise ValueError(f"--kl-cov is a share of the update's tokens, in [0, 1), got {args.kl_cov}")
     if args.tis_cap < 0 or args.off_policy_mask < 0:
         raise ValueError("--tis-cap and --off-policy-mask must be >= 0")
     if args.rollout_lag is not None and args.rollout_lag < 1:
@@ -266,6 +268,8 @@ def inert_flags(args):
     inert = {"kl_estimator": (args.kl == 0, no_kl), "kl_level": (args.kl == 0, no_kl),
              "kl_reweight": (args.kl == 0, no_kl), "exact_kl": (args.kl == 0, no_kl),
              "resample_epochs": (args.mu == 1, "with one epoch (--mu 1): nothing is sampled again"),
+             "kl_cov": (args.mu * args.minibatches == 1 and not args.rollout_lag,
+                        "with one update a rollout (--mu 1 --minibatches 1): log pi - log pi_old is 0"),
              "max_sampling_rounds": (not args.dynamic_sampling, "without --dynamic-sampling (one round)"),
              "gated": (args.format_weight == 0, no_format), "format_check": (args.format_weight == 0, no_format),
              "level": (args.task == "math", "with --task math (its problems come from --data)"),

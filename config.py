@@ -77,6 +77,8 @@ class GRPOConfig:
     loss_agg: str = knob("objective", "seq_mean", "GRPO, DAPO, or Dr. GRPO aggregation", ["seq_mean", "token_mean", "constant"])
     mask_truncated: bool = knob("objective", False, "truncated completions contribute no loss")
     entropy_coef: float = knob("objective", 0.0, "alpha: subtract alpha * entropy from the loss (an entropy bonus)")
+    kl_cov: float = knob("objective", 0.0, "k: KL-Cov (Cui et al.), the share k of an update's tokens whose log-prob "
+                         "most covaries with their advantage pay |log pi - log pi_old| (verl's kl_cov_ratio; 0: off)")
     fused_head: bool = knob("objective", True, "log-probs straight from hidden states (never the logits)")
     share_prompts: bool = knob("objective", False, "the learner runs each group's prompt once (the small GPT): a "
                                "default run in 0.8 of the time, the same numbers up to float rounding, which a run "

@@ -159,6 +159,8 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "lag_masked": ([*LAG, "--off-policy-mask", "0.1"], "... with off-policy sequence masking, delta 0.1 (the book's)"),
     "many": (MANY, "inequalities with several right digits, 16 updates a rollout: each problem settles on fewer"),
     "many_entropy": ([*MANY, "--entropy-coef", "0.03"], "... with an entropy bonus, alpha 0.03"),
+    "many_klcov": ([*MANY, "--clip", "inf", "--kl-cov", "0.02"], "... with KL-Cov instead of the clip (Cui et al.), "
+                   "k 0.02: the tokens that drive the entropy down held back"),
     "default_passk": (["--eval-pass-k", "8"], "the default, with pass@8 at each evaluation"),
     "entropy_bonus_01": (["--eval-pass-k", "8", "--entropy-coef", "0.1"], "... with an entropy bonus, alpha 0.1"),
 }
@@ -200,7 +202,7 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "fixes_tis": (["book_runaway_temperature", "book_runaway_temperature_tis"],
                   "eval_acc,eval_sampled_acc,entropy,tis_weight_max,sampler_kl_k3"),
     "fixes_dynamic": (["ds4", "ds4_dynamic"], "signal_groups,zero_std_frac,eval_acc"),
-    "fixes_entropy": (["many", "many_entropy"], "eval_distinct,eval_pass_at_k,entropy,eval_acc"),
+    "fixes_entropy": (["many", "many_entropy", "many_klcov"], "eval_distinct,eval_pass_at_k,entropy,eval_acc"),
     "entropy_passk": (["default_passk", "entropy_bonus_01"], "entropy,eval_pass_at_k,eval_acc"),
     "fixes_kl": (["kl_reuse", "kl_reuse_reweight"], "kl_rel_gap,kl+kl_exact,ppo_kl,eval_acc,entropy"),
     "fixes_lag": (["lag", "lag_dual_clip", "lag_masked"], "grad_norm_max,neg_ratio_above_3,neg_sampler_kl,eval_acc"),

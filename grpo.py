@@ -221,6 +221,8 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
         raise ValueError(f"unknown objective {cfg.objective!r}")
     if cfg.tis_cap > 0:  # truncated importance sampling: towards the learner, token by token
         surrogate = surrogate * tis_weights(old_logp, sampler_logp, cfg.tis_cap)  # (B, T)
+    if cfg.kl_cov > 0:  # KL-Cov: hold back the few tokens that drive the entropy down
+        surrogate = surrogate - kl_cov_penalty(logp, old_logp, A, loss_mask, cfg.kl_cov)  # (B, T)
     loss = aggregate(-surrogate.expand_as(logp), loss_mask, cfg.loss_agg, cfg.max_new_tokens)
     terms = {"pg_loss": loss}
     if beta > 0:
@@ -233,6 +235,19 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
         loss = loss - alpha * terms["entropy_bonus"]
     terms["loss"] = loss
     return Loss(loss, terms, ratio, low, high, kept)
+
+
+def kl_cov_penalty(logp, old_logp, A, mask, k):
+    """KL-Cov (Cui et al., arXiv 2505.22617, sec. 5; verl's kl_cov loss, its coefficient 1): the
+    entropy falls where a token's log-prob and its advantage covary, (log pi - mean) * (A - mean)
+    over the update's tokens. The share k of them with the largest covariance pay |log pi - log pi_old|,
+    so their probability moves less; every other token is untouched."""
+    real = mask.bool()  # (B, T)
+    a, lp = A.expand_as(logp)[real], logp.detach()[real]  # (N,) each real token's advantage, log-prob
+    cov = (a - a.mean()) * (lp - lp.mean())  # (N,)
+    picked = torch.zeros_like(cov)
+    picked[cov.topk(min(cov.numel(), max(1, int(k * cov.numel())))).indices] = 1.0
+    return torch.zeros_like(logp).masked_scatter(real, picked) * (logp - old_logp).abs()  # (B, T)
 
 
 def policy_ratio(logp, old_logp, mask, level="token"):

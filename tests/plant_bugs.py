@@ -17,6 +17,11 @@ SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUGS = [
  ("step seed ignores step", "train.py", "rank_seed(seed * 1_000_003 + step, rank)", "rank_seed(seed * 1_000_003, rank)",
   "tests/test_train.py::test_each_step_draws_its_own_problems tests/test_train.py::test_resume_continues_exactly"),
+ ("KL-Cov picks the least covarying tokens", "grpo.py", "picked[cov.topk(min(cov.numel(), max(1, int(k * cov.numel())))).indices]",
+  "picked[cov.topk(min(cov.numel(), max(1, int(k * cov.numel()))), largest=False).indices]",
+  "tests/test_grpo.py tests/test_whole_step.py -k kl_cov"),
+ ("KL-Cov's covariance without the mean advantage", "grpo.py", "cov = (a - a.mean()) * (lp - lp.mean())",
+  "cov = a * (lp - lp.mean())", "tests/test_grpo.py tests/test_whole_step.py -k kl_cov"),
  ("pi_old refreshed every update", "grpo.py", "old, ref = old_logp[rows], None if ref_logp is None", "old, ref = logp.detach(), None if ref_logp is None",
   "tests/test_grpo_step.py -k 'later_updates or old_logprobs or ppo_kl'"),
  ("no pi_old pass for K>1", "grpo.py", "first_update_is_pi_old = epoch == 0 and len(row_sets) == 1", "first_update_is_pi_old = epoch == 0",

@@ -51,6 +51,8 @@ def checked(argv, capsys):
     (["--dropout", "0.1", "--model", "qwen"], "the book's Qwen3 (--model) has no dropout"),
     (["--dropout", "1"], "--dropout must be in [0, 1), got 1.0"), (["--dropout", "-0.1"], "must be in [0, 1)"),
     (["--dropout", "nan"], "--dropout must be in [0, 1), got nan"),
+    (["--kl-cov", "1"], "--kl-cov is a share of the update's tokens, in [0, 1), got 1.0"),
+    (["--kl-cov", "-0.01"], "--kl-cov is a share of the update's tokens, in [0, 1)"),
     (["--rollout-lag", "0"], "--rollout-lag must be >= 1, got 0: a lag of 0 is the on-policy default"),
     (["--rollout-lag", "-2"], "--rollout-lag must be >= 1, got -2"),
     (["--rollout-lag", "1", "--resample-epochs"], "--resample-epochs samples each epoch afresh"),
@@ -66,6 +68,7 @@ def test_contradicting_flags_are_refused_in_one_line(argv, message, capsys):
                                   ["--keep-sampling-mask", "--top-k", "20"], ["--keep-sampling-mask", "--top-p", "0.9"],
                                   ["--sampler-dtype", "fp8"], ["--sampler-dtype", "int8", "--dtype", "float32"],
                                   ["--dropout", "0.1"], ["--rollout-lag", "2", "--dynamic-sampling"],
+                                  ["--kl-cov", "0.01"], ["--kl-cov", "0.01", "--mu", "1", "--minibatches", "2"],
                                   ["--rollout-lag", "1", "--off-policy-mask", "0.1"],
                                   ["--recipe", "book", "--rollout-lag", "1", "--no-resample-epochs"]])
 def test_the_same_flags_where_they_act_pass_silently(argv, capsys):
@@ -77,6 +80,7 @@ def test_the_same_flags_where_they_act_pass_silently(argv, capsys):
     (["--kl-level", "sequence", "--loss-agg", "token_mean"], "--kl-level", "without a KL penalty"),
     (["--kl-reweight", "--kl", "0"], "--kl-reweight", "without a KL penalty"),
     (["--resample-epochs", "--mu", "1"], "--resample-epochs", "with one epoch (--mu 1)"),
+    (["--kl-cov", "0.01", "--mu", "1"], "--kl-cov", "with one update a rollout"),
     (["--max-sampling-rounds", "5"], "--max-sampling-rounds", "without --dynamic-sampling"),
     (["--gated"], "--gated", "without a format bonus (--format-weight 0)"),
     (["--format-check", "book"], "--format-check", "without a format bonus"),

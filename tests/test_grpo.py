@@ -7,8 +7,8 @@ import torch
 import grpo
 import rollouts
 import tasks
-from grpo import (GRPOConfig, aggregate, clipped_objective, group_advantages, grpo_loss, kl_penalty,
-                  policy_ratio)
+from grpo import (GRPOConfig, aggregate, clipped_objective, group_advantages, grpo_loss, kl_cov_penalty,
+                  kl_penalty, policy_ratio)
 from stats import StepStats, update_stats
 
 
@@ -243,7 +243,7 @@ def loss_inputs(seed=0, B=6, T=10):
                                 dict(objective="cispo", clip_high=0.28), dict(loss_agg="token_mean"),
                                 dict(loss_agg="constant", dual_clip=3.0), dict(entropy_coef=0.1),
                                 dict(kl=0.1, kl_reweight=True), dict(kl=0.1, kl_reweight=True, kl_level="sequence"),
-                                dict(tis_cap=2.0), dict(off_policy_mask=0.05)])
+                                dict(tis_cap=2.0), dict(off_policy_mask=0.05), dict(kl_cov=0.2)])
 def test_prompt_and_padding_never_contribute(kw):
     cfg = GRPOConfig(**kw)
     logp, old, ref, adv, mask = loss_inputs()
@@ -260,6 +260,31 @@ def test_prompt_and_padding_never_contribute(kw):
     assert loss2.item() == pytest.approx(loss.item(), rel=1e-6)
     for k in stats:
         assert stats2[k].item() == pytest.approx(stats[k].item(), rel=1e-6), k
+
+
+@pytest.mark.parametrize("k,picked", [(0.25, [(0, 0)]), (0.5, [(0, 0), (1, 1)]), (0.01, [(0, 0)])])
+def test_kl_cov_penalises_the_tokens_whose_logprob_most_covaries_with_the_advantage(k, picked):
+    """By hand: A = +1, -1; log pi = [-0.1, -3.0], [-0.2, -1.0], mean -1.075, so the covariances
+    (A - 0)(log pi + 1.075) are 0.975, -1.925, -0.875, -0.075: the likely token of the right answer
+    first, then the likelier of the wrong answer's. k of the 4 tokens, at least one, pay |log r| = 0.3;
+    the prompt position (masked) is never one."""
+    logp = torch.tensor([[5.0, -0.1, -3.0], [5.0, -0.2, -1.0]], requires_grad=True)
+    mask = torch.tensor([[False, True, True], [False, True, True]])
+    A = torch.tensor([[1.0], [-1.0]])
+    penalty = kl_cov_penalty(logp, logp.detach() - 0.3, A, mask, k)
+    want = torch.zeros(2, 3)
+    for b, t in picked:
+        want[b, t + 1] = 0.3
+    torch.testing.assert_close(penalty.detach(), want)
+    penalty.sum().backward()  # d |log pi - log pi_old| / d log pi = sign(log r) = 1, on the picked tokens alone
+    torch.testing.assert_close(logp.grad, (want > 0).float())
+
+
+def test_kl_cov_moves_nothing_on_policy():
+    logp, old, ref, adv, mask = loss_inputs()
+    on = grpo_loss(logp, logp.detach(), ref, adv, mask, GRPOConfig(kl_cov=0.5)).value
+    off = grpo_loss(logp, logp.detach(), ref, adv, mask, GRPOConfig()).value
+    assert on.item() == off.item()
 
 
 def test_first_on_policy_update_has_ratio_one_and_no_clipping():

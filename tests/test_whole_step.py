@@ -532,6 +532,24 @@ def test_dual_clip_bounds_negative_advantages_at_c(warm_policy, table, c):
     assert (u.grad[far] == 0).all() == (c > 0) and (u.grad[far] != 0).all() == (c == 0)
 
 
+@pytest.mark.parametrize("k", [0.0, 0.05])
+def test_kl_cov_adds_the_sign_of_log_r_on_the_tokens_of_largest_covariance(warm_policy, table, k):
+    """KL-Cov in a second update (no clip, so the rest is the plain ratio's gradient): the share k
+    of the update's tokens with the largest (log pi - mean)(A - mean), from the log-probs and
+    advantages the loss saw, get d |log pi - log pi_old| / d log pi = sign(log r) times their
+    weight on top; every other token keeps the policy gradient alone."""
+    cfg = GRPOConfig(**OFF, clip=float("inf"), kl_cov=k)
+    step, u, lp, old, A, W, r = off_policy(warm_policy, cfg)
+    real = W > 0
+    a, l = u.adv[:, None].expand_as(u.logp)[real], u.logp[real]
+    cov = (a - a.mean()) * (l - l.mean())  # the covariance in the loss's own float32
+    top = torch.zeros_like(cov, dtype=torch.bool)
+    top[cov.topk(max(1, int(k * cov.numel()))).indices] = k > 0
+    picked = torch.zeros_like(real).masked_scatter(real, top)
+    assert picked.sum() == (max(1, int(0.05 * real.sum())) if k else 0) and (cov[top] > 0).all()
+    assert_grad(u, pg_grad(lp, old, A, W, cfg) + W * picked * torch.sign(lp - old), atol=1e-6)
+
+
 @pytest.mark.parametrize("objective", ["ppo", "book", "cispo"])
 def test_objective_sets_where_the_gradient_stops(warm_policy, table, objective):
     """PPO stops A < 0 tokens whose ratio fell below 1 - eps, the book's form those whose
@@ -972,6 +990,7 @@ FLAG_TESTS = {  # GRPOConfig field -> the tests in this file that run a step wit
                  "test_max_new_tokens_caps_completions_and_is_dr_grpos_denominator"],
     "mask_truncated": ["test_mask_truncated_gives_cut_off_answers_no_weight"],
     "entropy_coef": ["test_entropy_coef_is_a_bonus_the_step_raises_the_entropy"],
+    "kl_cov": ["test_kl_cov_adds_the_sign_of_log_r_on_the_tokens_of_largest_covariance"],
     "fused_head": ["test_fused_head_goes_from_hidden_states_without_the_logits"],
     "share_prompts": ["test_share_prompts_runs_each_groups_prompt_once_with_the_same_numbers"],
     "tis_cap": ["test_tis_cap_weights_each_token_by_the_capped_learner_to_sampler_ratio"],
