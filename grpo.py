@@ -7,7 +7,7 @@
 
 Sections 1-4 are the chapter's GRPO. Every variant is a flag on the one function that holds its
 idea (`--ratio-level` on `policy_ratio`, `--kl-estimator` on `kl_penalty`, ...); those with a function
-of their own (other objectives, GDPO, the off-policy corrections, the rollout lag, the exact KL) follow
+of their own (other objectives, GDPO, the off-policy corrections, KL-Cov, the rollout lag, the exact KL) follow
 in section 5; one that is off costs nothing and logs nothing. What a step logs is stats.py's. Where
 this departs from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/):
 1. The learner scores log-probs at the sampler's temperature, so the sampler and the learner describe
@@ -237,19 +237,6 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
     return Loss(loss, terms, ratio, low, high, kept)
 
 
-def kl_cov_penalty(logp, old_logp, A, mask, k):
-    """KL-Cov (Cui et al., arXiv 2505.22617, sec. 5; verl's kl_cov loss, its coefficient 1): the
-    entropy falls where a token's log-prob and its advantage covary, (log pi - mean) * (A - mean)
-    over the update's tokens. The share k of them with the largest covariance pay |log pi - log pi_old|,
-    so their probability moves less; every other token is untouched."""
-    real = mask.bool()  # (B, T)
-    a, lp = A.expand_as(logp)[real], logp.detach()[real]  # (N,) each real token's advantage, log-prob
-    cov = (a - a.mean()) * (lp - lp.mean())  # (N,)
-    picked = torch.zeros_like(cov)
-    picked[cov.topk(min(cov.numel(), max(1, int(k * cov.numel())))).indices] = 1.0
-    return torch.zeros_like(logp).masked_scatter(real, picked) * (logp - old_logp).abs()  # (B, T)
-
-
 def policy_ratio(logp, old_logp, mask, level="token"):
     """Importance ratio pi / pi_old, (B, T) for token level or (B, 1) for sequence levels.
 
@@ -435,6 +422,19 @@ def off_policy_keep(logp, sampler_logp, adv, loss_mask, delta):
     already moved far away from (with --rollout-lag, K steps of updates) teach it mostly noise. (B,) float."""
     kl = sequence_mean(sampler_logp - logp, loss_mask)[:, 0]  # (B,)
     return (~((adv < 0) & (kl > delta))).to(logp.dtype)
+
+
+def kl_cov_penalty(logp, old_logp, A, mask, k):
+    """KL-Cov (Cui et al., arXiv 2505.22617, sec. 5; verl's kl_cov loss, its coefficient 1): the
+    entropy falls where a token's log-prob and its advantage covary, (log pi - mean) * (A - mean)
+    over the update's tokens. The share k of them with the largest covariance pay |log pi - log pi_old|,
+    so their probability moves less; every other token is untouched."""
+    real = mask.bool()  # (B, T)
+    a, lp = A.expand_as(logp)[real], logp.detach()[real]  # (N,) each real token's advantage, log-prob
+    cov = (a - a.mean()) * (lp - lp.mean())  # (N,)
+    picked = torch.zeros_like(cov)
+    picked[cov.topk(min(cov.numel(), max(1, int(k * cov.numel())))).indices] = 1.0
+    return torch.zeros_like(logp).masked_scatter(real, picked) * (logp - old_logp).abs()  # (B, T)
 
 
 def lagged_batch(policy, batch, zero_std, lagged, cfg, stats):
