@@ -262,15 +262,18 @@ def test_prompt_and_padding_never_contribute(kw):
         assert stats2[k].item() == pytest.approx(stats[k].item(), rel=1e-6), k
 
 
-@pytest.mark.parametrize("k,picked", [(0.25, [(0, 0)]), (0.5, [(0, 0), (1, 1)]), (0.01, [(0, 0)])])
-def test_kl_cov_penalises_the_tokens_whose_logprob_most_covaries_with_the_advantage(k, picked):
-    """By hand: A = +1, -1; log pi = [-0.1, -3.0], [-0.2, -1.0], mean -1.075, so the covariances
-    (A - 0)(log pi + 1.075) are 0.975, -1.925, -0.875, -0.075: the likely token of the right answer
-    first, then the likelier of the wrong answer's. k of the 4 tokens, at least one, pay |log r| = 0.3;
-    the prompt position (masked) is never one."""
+@pytest.mark.parametrize("adv,k,picked", [((1.0, -1.0), 0.25, [(0, 0)]), ((1.0, -1.0), 0.5, [(0, 0), (1, 1)]),
+                                            ((1.0, -1.0), 0.01, [(0, 0)]), ((1.0, 3.0), 0.5, [(0, 1), (1, 0)])])
+def test_kl_cov_penalises_the_tokens_whose_logprob_most_covaries_with_the_advantage(adv, k, picked):
+    """By hand: log pi = [-0.1, -3.0], [-0.2, -1.0], mean -1.075. With A = +1, -1 (mean 0) the
+    covariances (A - 0)(log pi + 1.075) are 0.975, -1.925, -0.875, -0.075: the likely token of the
+    right answer first, then the likelier of the wrong answer's. With A = 1, 3 (mean 2) they are
+    -0.975, 1.925, 0.875, 0.075: the unlikely token of the worse answer first (A without its mean
+    would pick the better answer's tokens). k of the 4 tokens, at least one, pay |log r| = 0.3; the
+    prompt position (masked) is never one."""
     logp = torch.tensor([[5.0, -0.1, -3.0], [5.0, -0.2, -1.0]], requires_grad=True)
     mask = torch.tensor([[False, True, True], [False, True, True]])
-    A = torch.tensor([[1.0], [-1.0]])
+    A = torch.tensor(adv)[:, None]
     penalty = kl_cov_penalty(logp, logp.detach() - 0.3, A, mask, k)
     want = torch.zeros(2, 3)
     for b, t in picked:
