@@ -82,6 +82,16 @@ def pass_at_k(model, enc, problems, k=8, temperature=1.0, seed=0, max_new_tokens
             "reasoned": sum(t.startswith(tasks.THINK_OPEN) for t in texts) / len(texts)}
 
 
+def pass_metrics(pk, n):
+    """pass_at_k's numbers as the metrics file names them: pass@K, and with N answers a problem
+    (--eval-pass-n) also pass@1 and the different right answers among them."""
+    out = {"eval_pass_at_k": pk["pass"]}
+    if n:
+        out.update(eval_pass_at_1=pk["pass_1"], eval_distinct=pk["distinct"],
+                   eval_distinct_share=pk["distinct_share"])
+    return out
+
+
 def unbiased_pass_at_k(n, c, k):
     """pass@k from n samples of which c are right (Chen et al. 2021, the Codex paper):
     1 - C(n - c, k) / C(n, k), the chance that k of the n drawn without replacement hold a

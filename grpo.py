@@ -392,20 +392,17 @@ def book_objective(ratio, adv, eps_low, eps_high):
 
 
 def cispo_objective(ratio, adv, logp, eps_low, eps_high):
-    """CISPO (MiniMax-M1), `--objective cispo`: sg(clip(r)) * A * logp. The clipped ratio only
-    weights the policy gradient, so every token keeps a gradient (PPO drops clipped tokens
-    entirely). -> (surrogate, low, high): where the weight is clipped, for either sign of A."""
+    """CISPO (MiniMax-M1), `--objective cispo`: sg(clip(r)) * A * logp. The clipped ratio only weights the
+    gradient, so every token keeps one (PPO drops clipped tokens). -> (surr, low, high): where it is clipped."""
     surr = ratio.clamp(1 - eps_low, 1 + eps_high).detach() * adv * logp
     low, high = (ratio < 1 - eps_low).expand_as(surr), (ratio > 1 + eps_high).expand_as(surr)
     return surr, low, high
 
 
 def tis_weights(old_logp, sampler_logp, cap):
-    """Truncated importance sampling (Yao et al. 2025), `--tis-cap C`: the tokens were drawn from the sampler's
-    distribution (after temperature, top-k, top-p; in another precision: --sampler-dtype), not from the
-    learner's pi_old. Each token's policy-gradient term is re-weighted towards the learner, capped so that a
-    rare token cannot blow up the update: w_t = min(pi_old(y_t) / pi_sampler(y_t), C), (B, T), no gradient;
-    cap <= 0: ones."""
+    """Truncated importance sampling (Yao et al. 2025), `--tis-cap C`: the tokens were drawn by the sampler
+    (temperature, top-k, top-p, --sampler-dtype), not by pi_old, so each token's term is re-weighted towards
+    the learner, capped so a rare token cannot blow up the update: w_t = min(pi_old / pi_sampler, C). (B, T)"""
     if cap <= 0:
         return torch.ones_like(old_logp)
     return safe_exp(old_logp - sampler_logp).clamp(max=cap)
@@ -418,17 +415,14 @@ def off_policy_keep(logp, sampler_logp, adv, loss_mask, delta):
 
         keep_i = 0  if  A_i < 0  and  (1/|o_i|) sum_t (log pi_sampler - log pi)(o_t) > delta
 
-    (the sampler-side estimate, as in the book's deepseek_v32_style.py). Negative samples the policy has
-    already moved far away from (with --rollout-lag, K steps of updates) teach it mostly noise. (B,) float."""
+    (the sampler-side estimate, as the book's deepseek_v32_style.py): negatives the policy has left. (B,)"""
     kl = sequence_mean(sampler_logp - logp, loss_mask)[:, 0]  # (B,)
     return (~((adv < 0) & (kl > delta))).to(logp.dtype)
 
 
 def kl_cov_penalty(logp, old_logp, A, mask, k):
-    """KL-Cov (Cui et al., arXiv 2505.22617, sec. 5; verl's kl_cov loss, its coefficient 1): the
-    entropy falls where a token's log-prob and its advantage covary, (log pi - mean) * (A - mean)
-    over the update's tokens. The share k of them with the largest covariance pay |log pi - log pi_old|,
-    so their probability moves less; every other token is untouched."""
+    """KL-Cov (Cui et al., arXiv 2505.22617; verl's kl_cov, coefficient 1): the entropy falls where (log pi -
+    mean)(A - mean) is large; the share k of the tokens with the largest pay |log pi - log pi_old|. (B, T)"""
     real = mask.bool()  # (B, T)
     a, lp = A.expand_as(logp)[real], logp.detach()[real]  # (N,) each real token's advantage, log-prob
     cov = (a - a.mean()) * (lp - lp.mean())  # (N,)
@@ -440,8 +434,8 @@ def kl_cov_penalty(logp, old_logp, A, mask, k):
 def lagged_batch(policy, batch, zero_std, lagged, cfg, stats):
     """--rollout-lag K, an asynchronous trainer's rollouts: the step's new batch joins the queue `lagged`
     with pi_old's log-probs (the learner's forward on the weights that sampled it, before any update), and
-    the step trains on the batch sampled K steps ago; while the queue fills, on the oldest it holds (lags
-    0, 1, .., K). -> (that batch, its zero_std). Under torchrun each rank keeps its own queue."""
+    the step trains on the batch sampled K steps ago (while the queue fills, the oldest it holds: lags
+    0, 1, .., K) -> (that batch, its zero_std). Each rank keeps its own queue."""
     batch.behaviour_logp = logprobs_no_grad(policy, batch, batch.loss_mask, cfg)  # (B, T)
     lagged.append((batch, zero_std))
     lag = len(lagged) - 1  # steps since the oldest batch held was sampled

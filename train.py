@@ -47,7 +47,7 @@ import cli
 import distributed
 import grpo
 import tasks
-from evaluation import evaluate, pass_at_k
+from evaluation import evaluate, pass_at_k, pass_metrics
 from model import CheckpointError, save_checkpoint
 from qwen3 import save_pretrained
 
@@ -68,9 +68,8 @@ def main(args):
     torch.manual_seed(args.seed)
     policy, enc, extra = cli.load_policy(args, device)
     pool, evalset = cli.task_sets(args, enc, extra, log)  # before the run folder: a bad data file leaves nothing
-    ref_policy = None
-    if cfg.kl > 0:  # a frozen copy of the warm start; none at all when beta = 0
-        ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
+    # a frozen copy of the warm start; none at all when beta = 0
+    ref_policy = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.kl > 0 else None
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     if state is not None:
         policy.load_state_dict(state["model"])
@@ -139,13 +138,10 @@ def evaluate_and_save(policy, enc, evalset, args, device, run_dir, extra, step, 
             ev_sampled = evaluate(policy, enc, evalset, args.max_new_tokens, args.eval_batch_size,
                                   args.eval_fallback, sampler)
             record["eval_sampled_acc"] = ev_sampled["accuracy"]
-        if args.eval_pass_k:
+        if args.eval_pass_k:  # with --eval-pass-n also how many different right answers a problem's N give
             pk = pass_at_k(policy, enc, evalset[:200], args.eval_pass_k, args.temperature, pass_seed,
                            args.max_new_tokens, args.eval_pass_n or None)
-            record["eval_pass_at_k"] = pk["pass"]
-            if args.eval_pass_n:  # several answers a problem: how many different right ones they give
-                record.update(eval_pass_at_1=pk["pass_1"], eval_distinct=pk["distinct"],
-                              eval_distinct_share=pk["distinct_share"])
+            record.update(pass_metrics(pk, args.eval_pass_n))
     sampled = f" | sampled {record['eval_sampled_acc']:.1%}" if args.eval_sampled else ""
     sampled += f" | pass@{args.eval_pass_k} {record['eval_pass_at_k']:.1%}" if args.eval_pass_k else ""
     sampled += f" | {record['eval_distinct']:.2f} right answers a problem" if args.eval_pass_n else ""
