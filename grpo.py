@@ -283,15 +283,14 @@ def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=Non
       k1 = -log r                 unbiased, can be negative, high variance
       k2 = (log r)^2 / 2          biased, always >= 0
       k3 = r - 1 - log r          unbiased, always >= 0, low variance (GRPO's choice; r = safe_exp(log r))
-    "From samples of pi": the gradient of k1 is grad log pi, whose mean over samples of pi is zero. Over
-    samples of another distribution q (a sampler at a lower temperature, or top-p) it is not: minimising
-    k1 then lowers log pi where q draws, flattening pi.
+    "From samples of pi": the gradient of k1 is grad log pi, whose mean over samples of pi is zero. Over samples of
+    another distribution q (a sampler at a lower temperature, or top-p) it is not: minimising k1 then lowers log pi
+    where q draws, flattening pi.
 
-    level "sequence" (the book's 7_5_plus_kl.py): log pi and log pi_ref are summed over each answer's
-    tokens first, and the estimator sees one log r per answer. old_logp given (--kl-reweight,
-    DeepSeek-V3.2): the tokens were sampled from pi_old, not pi, so once updates go off-policy
-    E_{pi_old}[k3] is the KL of the wrong policy, and its gradient is biased. Weighting by the
-    importance ratio at the same level fixes both:
+    level "sequence" (the book's 7_5_plus_kl.py): log pi and log pi_ref are summed over each answer's tokens first,
+    and the estimator sees one log r per answer. old_logp given (--kl-reweight, DeepSeek-V3.2): the tokens were
+    sampled from pi_old, not pi, so once updates go off-policy E_{pi_old}[k3] is the KL of the wrong policy, and its
+    gradient is biased. Weighting by the importance ratio at the same level fixes both:
         E_{y ~ pi_old}[ (pi(y) / pi_old(y)) * k3(y) ] = E_{y ~ pi}[ k3(y) ] = KL(pi || pi_ref)
     The ratio keeps its gradient (the estimate is a function of pi through both factors).
     """
@@ -324,9 +323,9 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
                 length carries no bias into the gradient.
     Each is a mean of a sum over this batch's rows, and under torchrun over every rank's rows (global_mean).
 
-    A per-sequence term (the gspo or sequence ratio's objective, the sequence-level KL: one value per
-    answer, broadcast over its tokens) is weighed once per answer only by seq_mean; token_mean and
-    constant would count it once per token, and cli.py refuses them."""
+    A per-sequence term (the gspo or sequence ratio's objective, the sequence-level KL: one value per answer,
+    broadcast over its tokens) is weighed once per answer only by seq_mean; token_mean and constant would count it
+    once per token, and cli.py refuses them."""
     mask = mask.to(token_loss.dtype)
     if mode == "seq_mean":
         return global_mean(sequence_mean(token_loss, mask).sum(), mask.shape[0])
