@@ -7,7 +7,7 @@
 
 Sections 1-4 are the chapter's GRPO. Every variant is a flag on the one function that holds its
 idea (`--ratio-level` on `policy_ratio`, `--kl-estimator` on `kl_penalty`, ...); those with a function
-of their own (other objectives, GDPO, the off-policy corrections, KL-Cov, the rollout lag, the exact KL) follow
+of their own (other objectives, GDPO, the off-policy corrections, KL-Cov, the exact KL) follow
 in section 5; one that is off costs nothing and logs nothing. What a step logs is stats.py's. Where
 this departs from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/):
 1. The learner scores log-probs at the sampler's temperature, so the sampler and the learner describe
@@ -33,7 +33,7 @@ import rewards
 from config import RECIPES, GRPOConfig  # noqa: F401 (grpo.GRPOConfig and grpo.RECIPES, as they always were)
 from distributed import everywhere_finite, global_mean, global_std, same_count, unwrap
 from kernels import linear_logprobs_and_entropy, token_logprobs_and_entropy
-from rollouts import minibatch_rows, rollout, sample_batch
+from rollouts import lagged_batch, minibatch_rows, rollout, sample_batch
 from stats import StepStats, batch_stats, update_stats
 
 
@@ -49,15 +49,16 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
     pi_old is the policy as the step found it: it samples the answers and stays every update's old policy
     while the updates change it in place (--resample-epochs: sample afresh from a frozen copy; --rollout-lag:
     train on an older batch, pi_old the policy that sampled it; `lagged`, a collections.deque the caller
-    keeps across steps, holds the batches: `lagged_batch`). policy_ddp: the policy, under torchrun wrapped
+    keeps across steps, holds the batches: rollouts.lagged_batch). policy_ddp: the policy, under torchrun wrapped
     in DDP (distributed.wrap), whose backward averages the gradients over the ranks; in one process, itself.
     """
     policy = unwrap(policy_ddp)  # sampling and the no-grad passes need no gradient all-reduce
     pi_old = copy.deepcopy(policy).requires_grad_(False) if cfg.resample_epochs and cfg.mu > 1 else policy
     first_batch, zero_std = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
     stats = StepStats()
-    if cfg.rollout_lag:  # an asynchronous trainer: train on the batch sampled K steps ago
-        first_batch, zero_std = lagged_batch(policy, first_batch, zero_std, lagged, cfg, stats)
+    if cfg.rollout_lag:  # an asynchronous trainer: train on the batch sampled K steps ago, pi_old the policy that
+        first_batch.behaviour_logp = logprobs_no_grad(policy, first_batch, first_batch.loss_mask, cfg)  # sampled it
+        first_batch, zero_std = lagged_batch(first_batch, zero_std, lagged, cfg.rollout_lag, stats)
     batch = first_batch
     for epoch in range(cfg.mu):
         if epoch > 0 and cfg.resample_epochs:  # the book's inner epochs: new answers to the same prompts
@@ -428,18 +429,6 @@ def kl_cov_penalty(logp, old_logp, A, mask, k):
     picked = torch.zeros_like(cov)
     picked[cov.topk(min(cov.numel(), max(1, int(k * cov.numel())))).indices] = 1.0
     return torch.zeros_like(logp).masked_scatter(real, picked) * (logp - old_logp).abs()  # (B, T)
-
-
-def lagged_batch(policy, batch, zero_std, lagged, cfg, stats):
-    """--rollout-lag K, an asynchronous trainer's rollouts: the step's new batch joins the queue `lagged`
-    with pi_old's log-probs (the learner's forward on the weights that sampled it, before any update), and
-    the step trains on the batch sampled K steps ago (while the queue fills, the oldest it holds: lags
-    0, 1, .., K) -> (that batch, its zero_std). Each rank keeps its own queue."""
-    batch.behaviour_logp = logprobs_no_grad(policy, batch, batch.loss_mask, cfg)  # (B, T)
-    lagged.append((batch, zero_std))
-    lag = len(lagged) - 1  # steps since the oldest batch held was sampled
-    stats.max("rollout_lag", lag)
-    return lagged.popleft() if lag == cfg.rollout_lag else lagged[0]
 
 
 @torch.no_grad()

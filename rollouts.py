@@ -7,8 +7,9 @@ samples. Its masks over the targets `tokens[:, 1:]` (which target is a completio
 `loss_mask`; the sampler's log-probs of each) are made here, once; grpo.token_logprobs
 feeds `tokens[:, :-1]` to the model and scores those same targets.
 Then the row plumbing for grpo.py (keeping whole groups, stacking rounds of different
-lengths, splitting a batch into minibatches of groups), and at the end `sample_batch`,
-one step's rollouts with DAPO's dynamic sampling (keep only groups whose rewards differ).
+lengths, splitting a batch into minibatches of groups), `sample_batch`, one step's
+rollouts with DAPO's dynamic sampling (keep only groups whose rewards differ), and at the
+end `lagged_batch`, the queue of an asynchronous trainer's batches (--rollout-lag).
 """
 import copy
 from dataclasses import dataclass, fields
@@ -184,3 +185,14 @@ def sample_batch(policy, enc, next_problems, n_prompts, cfg, generator):
     # Out of rounds: train on what was kept (a smaller batch); if nothing, on the last
     # round as sampled (all advantages are zero then, only the KL term acts).
     return concat_rollouts(parts or [part]), torch.cat(zero_std_rounds)
+
+
+def lagged_batch(batch, zero_std, lagged, K, stats):
+    """--rollout-lag K, an asynchronous trainer's rollouts: the step's new batch (with pi_old's log-probs,
+    behaviour_logp, taken on the weights that sampled it) joins the queue `lagged`, and the step trains on
+    the batch sampled K steps ago (while the queue fills, the oldest it holds: lags 0, 1, .., K) -> (that
+    batch, its zero_std). Each rank keeps its own queue."""
+    lagged.append((batch, zero_std))
+    lag = len(lagged) - 1  # steps since the oldest batch held was sampled
+    stats.max("rollout_lag", lag)
+    return lagged.popleft() if lag == K else lagged[0]
