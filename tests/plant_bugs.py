@@ -387,23 +387,42 @@ BUGS = [
  ("the eval's sampled answers share the step's noise", "train.py", "sampled_seed = step_seed(args.seed, step, rank) + EVAL_SAMPLED_SEED",
   "sampled_seed = step_seed(args.seed, step, rank)", "tests/test_train.py -k answers"),
 ]
-only = sys.argv[1:]  # python tests/plant_bugs.py "TIS" "off-policy": only the bugs whose names contain one of these
-results = []
-for name, f, old, new, tests in [b for b in BUGS if not only or any(w in b[0] for w in only)]:
-    work = os.path.join(tempfile.mkdtemp(), "tree")
-    shutil.copytree(SRC, work, ignore=shutil.ignore_patterns("runs", ".git", "__pycache__", "figures"))
-    p = os.path.join(work, f)
-    src = open(p).read()
-    if src.count(old) != 1:  # the code moved on: fix the entry, or the bug goes unguarded
-        results.append((name, "MUTATION NOT APPLIED (%d matches of its original text)" % src.count(old)))
-        print(f"{name}: {results[-1][1]}", flush=True)
-        continue
-    open(p, "w").write(src.replace(old, new))
-    r = subprocess.run(f"cd {work} && {sys.executable} -m pytest -q -x -p no:cacheprovider {tests}", shell=True,
-                       capture_output=True, text=True)
-    shutil.rmtree(os.path.dirname(work))
-    results.append((name, "caught" if r.returncode != 0 else "MISSED"))
-    print(f"{name}: {results[-1][1]}  ({tests})", flush=True)
-missed = [n for n, s in results if s != "caught"]
-print(f"{len(results) - len(missed)} of {len(results)} planted bugs caught")
-sys.exit(1 if missed else 0)
+def planted(f, old, new):
+    """The text of file f with the bug planted, or why it cannot be: its original text must occur once
+    (else the code moved on: fix the entry, or the bug goes unguarded) and the result must compile (a
+    syntax error would fail every test and count as caught)."""
+    src = open(os.path.join(SRC, f)).read()
+    if src.count(old) != 1:
+        return None, "MUTATION NOT APPLIED (%d matches of its original text)" % src.count(old)
+    text = src.replace(old, new)
+    if f.endswith(".py"):
+        try:
+            compile(text, f, "exec")
+        except SyntaxError as e:
+            return None, f"PLANT DOES NOT COMPILE ({e.msg}, line {e.lineno})"
+    return text, None
+
+
+def main(only):
+    results = []
+    for name, f, old, new, tests in [b for b in BUGS if not only or any(w in b[0] for w in only)]:
+        text, why = planted(f, old, new)
+        if why:
+            results.append((name, why))
+            print(f"{name}: {why}", flush=True)
+            continue
+        work = os.path.join(tempfile.mkdtemp(), "tree")
+        shutil.copytree(SRC, work, ignore=shutil.ignore_patterns("runs", ".git", "__pycache__", "figures"))
+        open(os.path.join(work, f), "w").write(text)
+        r = subprocess.run(f"cd {work} && {sys.executable} -m pytest -q -x -p no:cacheprovider {tests}", shell=True,
+                           capture_output=True, text=True)
+        shutil.rmtree(os.path.dirname(work))
+        results.append((name, "caught" if r.returncode != 0 else "MISSED"))
+        print(f"{name}: {results[-1][1]}  ({tests})", flush=True)
+    missed = [n for n, s in results if s != "caught"]
+    print(f"{len(results) - len(missed)} of {len(results)} planted bugs caught")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))  # python tests/plant_bugs.py "TIS" "off-policy": only the bugs whose names contain one of these
