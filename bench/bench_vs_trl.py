@@ -34,7 +34,10 @@ rounds alternate the two sides, thread count by thread count, so a machine whose
 drifts slows both alike; the table gives every round and the median ratio. A step's
 sampling is also put against the matmul FLOPs it needs (one position's linear layers and
 LM head per new token, 2 per multiply-add: 5.06 GFLOP) and the machine's matmul peak at
-that thread count (a 2048^3 fp32 a @ b).
+that thread count (a 2048^3 fp32 a @ b). Our side also times its step's matrix products alone,
+each on its own shapes (matmul_floor): what arithmetic costs at this machine's speed for such
+products, so TRL's step over it bounds the ratio that any step doing these same products could reach
+here, were everything else in it free.
 """
 import argparse
 import json
@@ -100,7 +103,8 @@ def run_ours(threads, warmup, steps):
         times.append(time.perf_counter() - t0)
     n_new = int(batch.loss_mask.sum())
     assert n_new == N_PROMPTS * GROUP * NEW_TOKENS, f"{n_new} new tokens: a row ended early"  # the same work
-    return summary("ours", threads, times[warmup:], timer.times[warmup:], policy, enc.n_vocab, facts)
+    out = summary("ours", threads, times[warmup:], timer.times[warmup:], policy, enc.n_vocab, facts)
+    return {**out, "matmul_floor_s": matmul_floor(N_PROMPTS * GROUP, batch.tokens.shape[1], enc.n_vocab + 1)}
 
 
 def settings_of_ours(policy, opt, cfg):
@@ -241,6 +245,31 @@ def sampling_gflop(n_rows, n_new, vocab):
     return n_rows * n_new * (24 * D_MODEL ** 2 * N_LAYER + 2 * D_MODEL * vocab) / 1e9
 
 
+def matmul_floor(n_rows, length, vocab, repeats=5):
+    """Seconds that the matrix products of one of our steps take alone, each on its own shapes with
+    nothing between them (the median of repeats): the floor that arithmetic sets for the step.
+    The learner: each linear layer's forward, input gradient and weight gradient over the n_rows x
+    (length - 1) positions, attention's two products forward and four backward per layer, the LM
+    head's three at the new tokens; the sampling: each new token's linear layers and LM head at
+    n_rows (decode attention, prefill and everything that is not a product are left out)."""
+    d, N, n, BH = D_MODEL, n_rows * (length - 1), n_rows * NEW_TOKENS, n_rows * N_HEAD
+    linears = [(3 * d, d), (d, d), (4 * d, d), (d, 4 * d)] * N_LAYER  # (out, in): qkv, proj, fc1, fc2
+    shapes = [s for o, i in linears for s in ((N, i, o), (N, o, i), (o, N, i))]  # y = x W^T, dx, dW
+    shapes += [(n, d, vocab), (n, vocab, d), (vocab, n, d)] + [(n_rows, i, o) for o, i in linears] * NEW_TOKENS
+    shapes += [(n_rows, d, vocab)] * NEW_TOKENS
+    pairs = [(torch.randn(m, k), torch.randn(k, c)) for m, k, c in shapes]
+    q, k = torch.randn(BH, length - 1, d // N_HEAD), torch.randn(BH, d // N_HEAD, length - 1)
+    p = torch.randn(BH, length - 1, length - 1)
+
+    def products():
+        for a, b in pairs:
+            a @ b
+        for i in range(N_LAYER * 6):  # attention: q k^T, p v forward; dp (as q k^T), dv, dq, dk (as p v) backward
+            q @ k if i % 3 == 0 else p @ q
+    products()
+    return statistics.median(timed_once(products) for _ in range(repeats))
+
+
 def matmul_peak(n=2048, repeats=5):
     """GFLOP/s of an fp32 n^3 a @ b at the current thread count (best of repeats)."""
     a, b = torch.randn(n, n), torch.randn(n, n)
@@ -309,17 +338,19 @@ def main(args):
           f"({first['params'] / 1e6:.2f}M parameters ours), one update per rollout; {args.rounds} alternating rounds, "
           f"each the median of {args.steps} steps after {args.warmup} warm-up")
     print("| threads | ours, s/step | TRL, s/step | TRL / ours, median | ours sampling, s (GFLOP/s, % of peak) "
-          "| TRL sampling, s |")
-    print("|---|---|---|---|---|---|")
+          "| TRL sampling, s | ours, its products alone, s (TRL / that) |")
+    print("|---|---|---|---|---|---|---|")
     for threads in args.threads:
         ours, theirs = results["ours", threads], results["trl", threads]
         ratio = statistics.median(t["step_s"] / o["step_s"] for o, t in zip(ours, theirs))
         samp = statistics.median(o["sampling_s"] for o in ours)
         rate = first["sampling_gflop"] / samp
         peak = statistics.median(o["peak_gflops"] for o in ours)
+        floor = statistics.median(o["matmul_floor_s"] for o in ours)
         print(f"| {threads} | {listed(ours)} | {listed(theirs)} | {ratio:.2f}x "
               f"| {samp:.3f} ({rate:.0f} GFLOP/s, {rate / peak:.0%} of {peak:.0f}) "
-              f"| {statistics.median(t['sampling_s'] for t in theirs):.3f} |")
+              f"| {statistics.median(t['sampling_s'] for t in theirs):.3f} "
+              f"| {floor:.3f} ({statistics.median(t['step_s'] for t in theirs) / floor:.2f}x) |")
 
 
 def listed(runs):
