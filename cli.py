@@ -281,7 +281,7 @@ def inert_flags(args):
 def check_task_fit(args, enc, init_ckpt):
     """A search level (tasks.SearchProblem) is refused in one line when the token cap cannot hold
     even a right first try, or with a try budget, its longest honest answer; a warm start that
-    never saw a search gets a warning (it cannot search)."""
+    never saw a search, or an inequality, gets a warning (it cannot search, or give several answers)."""
     count = lambda text: len(encode_completion(enc, text)) + 1  # noqa: E731  tokens, with the end of text
     for level in {args.level, args.eval_level or args.level}:
         need = tasks.longest_first_try(level, count)
@@ -294,12 +294,15 @@ def check_task_fit(args, enc, init_ckpt):
                              f"longest honest answer of --level {level} (a search's whole budget of tries): raise it "
                              f"to >= {honest}")
     sft_level = (init_ckpt or {}).get("task", {}).get("sft_level")
-    if tasks.check_level(args.level)[1] and sft_level in tasks.LEVELS and not tasks.check_level(sft_level)[1]:
+    if sft_level not in tasks.LEVELS:  # a warm start of another task, or of none: nothing to compare
+        return
+    _, searches, _, relations = tasks.check_level(args.level)
+    _, warm_searches, _, warm_relations = tasks.check_level(sft_level)
+    if searches and not warm_searches:
         print(f"train.py: warning: --level {args.level} has search problems, but the warm start {args.init} "
               f"was trained on --level {sft_level}, which has none (checkpoints/warmstart_search.pt has them)",
               file=sys.stderr)
-    elif tasks.check_level(args.level)[1] and tasks.check_level(args.level)[3] == "<>" and sft_level in tasks.LEVELS \
-            and tasks.check_level(sft_level)[3] != "<>":
+    elif searches and relations == "<>" and warm_relations != "<>":
         print(f"train.py: warning: --level {args.level} has inequalities (several right digits), but the warm start "
               f"{args.init} was trained on --level {sft_level}, which has none (checkpoints/warmstart_many.pt has them)",
               file=sys.stderr)

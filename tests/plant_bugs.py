@@ -384,6 +384,10 @@ BUGS = [
   "tests/test_grpo_step.py -k textbook"),
  ("the textbook entropy without its sign", "grpo.py", "    entropy = -(logp_all.exp() * logp_all", "    entropy = (logp_all.exp() * logp_all",
   "tests/test_grpo_step.py -k textbook"),
+ ("a warm start that searched is warned it never did", "cli.py", "    if searches and not warm_searches:", "    if searches:",
+  "tests/test_train.py -k warned_about_once"),
+ ("a warm start without inequalities is not warned", "cli.py", '    elif searches and relations == "<>" and warm_relations != "<>":',
+  "    elif False:", "tests/test_train.py -k never_saw_an_inequality"),
  ("the eval's sampled answers share the step's noise", "train.py", "sampled_seed = step_seed(args.seed, step, rank) + EVAL_SAMPLED_SEED",
   "sampled_seed = step_seed(args.seed, step, rank)", "tests/test_train.py -k answers"),
 ]
