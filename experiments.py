@@ -344,13 +344,12 @@ METRICS = {  # run_summary's keys, as the fixes table names them
     "mean_truncated_frac": "cut share", "sampled_final": "sampled held-out accuracy, end",
     "drop": "greedy accuracy's fall from its peak",
     "kl_bias": "KL estimate's bias, \\|mean (estimate - exact) / exact\\| over the run",
-    "pass_final": "pass@k at the last evaluation",
     "distinct_final": "different right answers a held-out problem in 16 samples, end",
     "sampler_entropy": "the sampled policy's entropy, last 10 steps",
     "think_half_step": "steps until half the sampled answers reason",
     "clipped_steps": "steps whose largest gradient norm before clipping passed 1 (--max-grad-norm)",
 }
-PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "pass_final",
+PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias",
                    "clipped_steps", "mean_zero_std_frac", "mean_tis_weight_mean", "mean_clip_high_lowp_frac"}
 
 
@@ -475,8 +474,6 @@ def run_summary(rows):
     # re-weighting removes), and its error step by step (the bias and the noise together)
     out["kl_bias"] = abs(mean(errors))
     out["kl_error"] = mean(abs(e) for e in errors)
-    passes = [r["eval_pass_at_k"] for r in rows if plot.is_number(r.get("eval_pass_at_k"))]
-    out["pass_final"] = passes[-1] if passes else float("nan")
     # diversity (--eval-pass-n): the different right answers a held-out problem's N samples give, at the first
     # and the last evaluation, and their fall between: a policy settling on one right answer a problem
     distinct = [r["eval_distinct"] for r in rows if plot.is_number(r.get("eval_distinct"))]
