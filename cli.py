@@ -15,6 +15,8 @@ import json
 import math
 import os
 import platform
+import re
+import subprocess
 import sys
 import time
 from dataclasses import asdict, fields
@@ -28,16 +30,25 @@ import sft
 import tasks
 from model import CheckpointError, load_checkpoint, set_dropout
 from qwen3 import load_pretrained
-from tokenizer import build_tokenizer, encode_completion, load_pretrained_tokenizer
+from tokenizer import build_tokenizer, encode_completion, encode_prompt, load_pretrained_tokenizer
 
 
 # ---------------------------------------------------------------- flags
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help gives each default once: argparse's "(default: X)", unless the flag's own help already says
+    what its default is, or there is none to give (None, or an off switch)."""
+
+    def _get_help_string(self, action):
+        if re.search(r"\(default|default:|default \d", action.help or "") or action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def get_parser():
-    ap = argparse.ArgumentParser(description="GRPO on synthetic arithmetic reasoning.",
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap = argparse.ArgumentParser(description="GRPO on synthetic arithmetic reasoning.", formatter_class=HelpFormatter)
     g = ap.add_argument_group("run")
-    g.add_argument("--run-name", default=None, help="folder under runs/ (default: a timestamp)")
+    g.add_argument("--run-name", default=None, help="the run's folder, under --runs-dir (default: a timestamp)")
     g.add_argument("--runs-dir", default="runs", help="where run folders live")
     g.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue runs/<name> from its latest checkpoint, with its saved flags (only --steps, --threads, --device apply)")
@@ -128,16 +139,29 @@ def add_config_flags(ap, config_class):
                            help=meta["help"] + inf)
 
 
-def parse_args(argv=None):
+def parse_args(argv=None, ap=None):
     """Parse the command line twice: once for --recipe, then with the recipe's values as
     defaults, so a flag given explicitly still wins over the recipe."""
-    ap = get_parser()
+    ap = ap or get_parser()
     recipe = ap.parse_known_args(argv)[0].recipe
     if recipe:
         ap.set_defaults(**config.RECIPES[recipe])
     args = ap.parse_args(argv)
     args.typed_flags = typed_flags(argv)
     return ap, args
+
+
+def checked_flags(argv):
+    """train.py's flags in argv, parsed and checked as train.py checks them before writing anything, without
+    exiting -> the resolved args; a flag it does not know or a value it refuses is a one-line ValueError
+    (experiments.py checks every run of a suite so before it starts any)."""
+    def error(message):
+        raise ValueError(message)
+    ap = get_parser()
+    ap.error = error  # argparse's usage errors, as a ValueError instead of an exit
+    args = parse_args(argv, ap)[1]
+    check_args(args)
+    return args
 
 
 def typed_flags(argv=None):
@@ -196,6 +220,16 @@ def check_args(args):
         raise ValueError(f"--kl-cov is a share of the update's tokens, in [0, 1), got {args.kl_cov}")
     if args.tis_cap < 0 or args.off_policy_mask < 0:
         raise ValueError("--tis-cap and --off-policy-mask must be >= 0")
+    if args.adv_clip < 0:
+        raise ValueError(f"--adv-clip must be >= 0 (0: off), got {args.adv_clip}")
+    if 0 < args.tis_cap < 1:
+        raise ValueError(f"--tis-cap {args.tis_cap}: a cap below 1 scales every token's weight down, the sampler's "
+                         "own tokens too: use a cap >= 1 (0: off)")
+    if args.top_k < 0:
+        raise ValueError(f"--top-k must be >= 0 (0: off), got {args.top_k}")
+    if args.run_name is not None and (os.sep in args.run_name or "/" in args.run_name or ".." in args.run_name):
+        raise ValueError(f"--run-name {args.run_name!r} is a folder name, without / or ..: --runs-dir says where "
+                         "run folders go")
     if args.rollout_lag is not None and args.rollout_lag < 1:
         raise ValueError(f"--rollout-lag must be >= 1, got {args.rollout_lag}: a lag of 0 is the on-policy default, "
                          "so leave the flag off")
@@ -256,6 +290,9 @@ def refuse_contradictions(args):
     if args.rollout_lag and args.resample_epochs and args.mu > 1:
         raise ValueError("--rollout-lag trains on a batch sampled steps ago, but --resample-epochs samples each epoch "
                          "afresh from the current policy: use one or the other (--no-resample-epochs)")
+    if args.lag_pi_old == "learner" and not args.rollout_lag:
+        raise ValueError("--lag-pi-old learner makes pi_old the learner at the step instead of a stale sampler, but "
+                         "without --rollout-lag K the learner is the sampler: give a lag")
     if args.keep_sampling_mask and args.top_p >= 1 and args.top_k <= 0:
         raise ValueError("--keep-sampling-mask keeps the support top-p / top-k sampled from, but neither cuts one "
                          "(--top-p 1, --top-k 0): it would change nothing and cost B x T x V bools")
@@ -270,6 +307,7 @@ def inert_flags(args):
              "resample_epochs": (args.mu == 1, "with one epoch (--mu 1): nothing is sampled again"),
              "kl_cov": (args.mu * args.minibatches == 1 and not args.rollout_lag,
                         "with one update a rollout (--mu 1 --minibatches 1): log pi - log pi_old is 0"),
+             "lag_pi_old": (not args.rollout_lag, "without --rollout-lag (the learner is the sampler)"),
              "max_sampling_rounds": (not args.dynamic_sampling, "without --dynamic-sampling (one round)"),
              "gated": (args.format_weight == 0, no_format), "format_check": (args.format_weight == 0, no_format),
              "level": (args.task == "math", "with --task math (its problems come from --data)"),
@@ -278,12 +316,18 @@ def inert_flags(args):
             if idle and name in args.typed_flags]
 
 
-def check_task_fit(args, enc, init_ckpt):
-    """A search level (tasks.SearchProblem) is refused in one line when the token cap cannot hold
+def check_task_fit(args, enc, init_ckpt, max_len=None):
+    """A cap the model's context (max_len positions) cannot hold after the level's longest prompt is
+    refused in one line; so is a search level (tasks.SearchProblem) when the token cap cannot hold
     even a right first try, or with a try budget, its longest honest answer; a warm start that
     never saw a search, or an inequality, gets a warning (it cannot search, or give several answers)."""
     count = lambda text: len(encode_completion(enc, text)) + 1  # noqa: E731  tokens, with the end of text
     for level in {args.level, args.eval_level or args.level}:
+        prompt = tasks.longest_prompt(level, lambda text: len(encode_prompt(enc, text)))
+        if max_len is not None and prompt + args.max_new_tokens > max_len:
+            raise ValueError(f"--max-new-tokens {args.max_new_tokens} does not fit the model: its context holds "
+                             f"{max_len} tokens, and a prompt of --level {level} takes up to {prompt}: use "
+                             f"--max-new-tokens <= {max_len - prompt}")
         need = tasks.longest_first_try(level, count)
         if need > args.max_new_tokens:
             raise ValueError(f"--max-new-tokens {args.max_new_tokens} is shorter than the {need} tokens that a right "
@@ -384,13 +428,13 @@ def load_book_model(args, device):
     return model.train(), enc
 
 
-def task_sets(args, enc, init_ckpt, log=print):
+def task_sets(args, enc, init_ckpt, log=print, max_len=None):
     """(training problems or None for the endless arithmetic stream, held-out problems); the
-    arithmetic levels checked against the token cap in the tokens of the small GPT's warm start
-    (init_ckpt, None with --model)."""
+    arithmetic levels checked against the token cap and the model's context (max_len) in the tokens
+    of the small GPT's warm start (init_ckpt, None with --model)."""
     if args.task != "math":
         if init_ckpt is not None:
-            check_task_fit(args, enc, init_ckpt)
+            check_task_fit(args, enc, init_ckpt, max_len)
         return None, tasks.eval_set(args.eval_level or args.level, args.eval_size)
     problems = tasks.load_math(args.data, log)
     if args.eval_data is None:
@@ -436,11 +480,38 @@ def start_run(args):
 
 
 def run_config(args, cfg, device, policy, run_dir):
-    """What config.json holds: every resolved flag, the GRPOConfig, versions and device."""
+    """What config.json holds: every resolved flag, the GRPOConfig, versions, device, the code's commit
+    and the machine (results.jsonl names both for each recorded run)."""
     return {**vars(args), "grpo": asdict(cfg), "device": device,
             "dtype": "bfloat16 autocast" if device == "cuda" else "float32", "versions": versions(),
             "weights_dtype": str(next(policy.parameters()).dtype).removeprefix("torch."),
-            "run_dir": run_dir, "processes": distributed.world()}
+            "run_dir": run_dir, "processes": distributed.world(), "commit": code_commit(), "machine": machine()}
+
+
+def code_commit():
+    """The git commit of the code a run ran, '+changes' after it if a top-level .py file, kernels/ or a
+    shipped checkpoint differs from it; None outside a git checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=10)
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(glob)*.py",
+                                  "kernels", "checkpoints"], cwd=here, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if sha.returncode != 0:
+        return None
+    return sha.stdout.strip() + ("+changes" if changed.stdout.strip() else "")
+
+
+def machine():
+    """'x86_64, 2 CPUs (AMD EPYC)': the kind of machine, as far as floating-point order goes."""
+    model = None
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
+    return f"{platform.machine()}, {os.cpu_count()} CPUs{f' ({model})' if model else ''}{gpu}"
 
 
 def open_run_folder(args, cfg, device, policy, run_dir, state, pool, evalset, log):
@@ -451,8 +522,8 @@ def open_run_folder(args, cfg, device, policy, run_dir, state, pool, evalset, lo
     if state is None and distributed.rank() == 0:
         with open(os.path.join(run_dir, "config.json"), "w") as f:
             json.dump(resolved, f, indent=2)
-    log(json.dumps(resolved, indent=2))
-    log(f"device {device}, dtype {resolved['dtype']}, run folder {run_dir}, {resolved['processes']} process(es)")
+    log(f"config: {os.path.join(run_dir, 'config.json')} (every resolved flag; --print-config prints them) | "
+        f"device {device}, dtype {resolved['dtype']}, {resolved['processes']} process(es)")
     if pool is not None:
         log(f"task math: {len(pool)} training problems, {len(evalset)} held out")
     return os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "samples.jsonl")

@@ -52,6 +52,8 @@ class GRPOConfig:
     # advantages and sampling
     adv_norm: str = knob("advantages and sampling", "group", "divide by the std of the group, the batch, or not (Dr. GRPO)",
                          ["group", "batch", "none"])
+    adv_clip: float = knob("advantages and sampling", 0.0, "C: clamp each advantage to [-C, C], so that one right answer "
+                           "in a group of wrong ones weighs at most C (0: off)")
     reward_norm: str = knob("advantages and sampling", "sum_then_norm", "normalise the summed reward, or each term "
                             "first (GDPO)", ["sum_then_norm", "norm_then_sum"])
     dynamic_sampling: bool = knob("advantages and sampling", False, "DAPO: drop groups with equal rewards, draw more")
@@ -92,8 +94,12 @@ class GRPOConfig:
                                   "whose KL to the sampler exceeds it (DeepSeek-V3.2)", inf="off")
     kl_reweight: bool = knob("off-policy corrections", False, "weight the KL estimate by pi / pi_old (DeepSeek-V3.2)")
     rollout_lag: int = knob("off-policy corrections", None, "K: the learner trains on the rollouts sampled K steps ago, "
-                            "as an asynchronous trainer does; pi_old is the policy that sampled them (default: off, "
-                            "on-policy; a run with a lag cannot --resume: its queue of batches is not saved)", type=int)
+                            "as an asynchronous trainer does (default: off, on-policy; a run with a lag cannot --resume: its queue of "
+                            "batches is not saved)", type=int)
+    lag_pi_old: str = knob("off-policy corrections", "sampler", "with --rollout-lag, pi_old is the policy that sampled "
+                           "the batch (sampler: the ratio absorbs the staleness) or the learner as the step finds it "
+                           "(learner: decoupled PPO, AReaL; the stale sampler's log-probs reach only --tis-cap and "
+                           "--off-policy-mask)", ["sampler", "learner"])
     # optimisation
     lr: float = knob("optimisation", 1e-4, "Adam learning rate")
     max_grad_norm: float = knob("optimisation", 1.0, "gradient clipping", inf="no clipping")

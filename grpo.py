@@ -48,41 +48,31 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
 
     pi_old is the policy as the step found it: it samples the answers and stays every update's old policy
     while the updates change it in place (--resample-epochs: sample afresh from a frozen copy; --rollout-lag:
-    train on an older batch, pi_old the policy that sampled it; `lagged`, a collections.deque the caller
-    keeps across steps, holds the batches: rollouts.lagged_batch). policy_ddp: the policy, under torchrun wrapped
-    in DDP (distributed.wrap), whose backward averages the gradients over the ranks; in one process, itself.
+    train on a batch sampled steps ago, `stale_batch`, whose queue `lagged` the caller keeps across steps).
+    policy_ddp: the policy, under torchrun wrapped in DDP (distributed.wrap), whose backward averages the
+    gradients over the ranks; in one process, itself.
     """
     policy = unwrap(policy_ddp)  # sampling and the no-grad passes need no gradient all-reduce
     pi_old = copy.deepcopy(policy).requires_grad_(False) if cfg.resample_epochs and cfg.mu > 1 else policy
-    first_batch, zero_std = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
     stats = StepStats()
-    if cfg.rollout_lag:  # an asynchronous trainer: train on the batch sampled K steps ago, pi_old the policy that
-        first_batch.behaviour_logp = logprobs_no_grad(policy, first_batch, first_batch.loss_mask, cfg)  # sampled it
-        first_batch, zero_std = lagged_batch(first_batch, zero_std, lagged, cfg.rollout_lag, stats)
-    batch = first_batch
+    first_batch, zero_std = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
+    first_batch, zero_std = stale_batch(policy, first_batch, zero_std, lagged, cfg, stats)  # --rollout-lag K
     for epoch in range(cfg.mu):
-        if epoch > 0 and cfg.resample_epochs:  # the book's inner epochs: new answers to the same prompts
-            batch = rollout(pi_old, enc, first_batch.problems[::cfg.group_size], cfg, generator)
-        if epoch == 0 or cfg.resample_epochs:  # a new batch: its advantages, and pi_ref's and pi_old's log-probs
+        if epoch == 0 or cfg.resample_epochs:  # a new batch (the book's inner epochs: new answers from pi_old)
+            batch = first_batch if epoch == 0 else rollout(pi_old, enc, first_batch.problems[::cfg.group_size],
+                                                           cfg, generator)
             adv = advantages(batch, cfg)  # (B,)
             loss_mask = batch.loss_mask & ~batch.truncated[:, None] if cfg.mask_truncated else batch.loss_mask
             row_sets = same_count(minibatch_rows(len(adv), cfg.group_size, cfg.minibatches))  # K tensors of rows
             ref_logp = logprobs_no_grad(ref_policy, batch, loss_mask, cfg) if cfg.kl > 0 else None  # (B, T)
-            # Until the first update the policy *is* pi_old (not a lagged batch's): when that update sees every row,
-            # its own forward gives pi_old's log-probs (a separate pass: the same numbers, 10-16% of a default step)
-            first_update_is_pi_old = epoch == 0 and len(row_sets) == 1 and not cfg.rollout_lag
-            if first_update_is_pi_old:
-                old_logp = None  # the first update's own, below
-            else:  # (B, T) a lagged batch's pi_old, taken when it was sampled, or a pass of pi_old's
-                old_logp = batch.behaviour_logp if cfg.rollout_lag else logprobs_no_grad(pi_old, batch, loss_mask, cfg)
+            old_logp = old_logprobs(pi_old, batch, loss_mask, cfg, epoch == 0 and len(row_sets) == 1)  # (B, T)
         for rows in row_sets:
             stats.next_update()
             logp, entropy = batch_logprobs(policy_ddp, batch, rows, loss_mask, cfg)  # pi_theta (b, T), with gradient
             old_logp = logp.detach() if old_logp is None else old_logp  # (B, T) pi_old: the first update's own
             old, ref = old_logp[rows], None if ref_logp is None else ref_logp[rows]  # (b, T) pi_old, pi_ref
             loss = grpo_loss(logp, old, ref, adv[rows], loss_mask[rows], cfg, entropy, batch.sampler_logp[rows])
-            kl_exact = None if not (cfg.exact_kl and cfg.kl > 0) else \
-                exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg)  # a diagnostic: what the KL term estimates
+            kl_exact = exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg)  # --exact-kl: what the KL estimates
             grad_norm = optimizer_step(policy_ddp, opt, loss.value, cfg.max_grad_norm, stats.n_updates,
                                        cfg.mu * len(row_sets))
             update_stats(stats, loss, logp, old, entropy, loss_mask[rows], grad_norm, kl_exact, adv[rows],
@@ -95,12 +85,15 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
 # ---------------------------------------------------------------- 1. advantages
 
 def advantages(batch, cfg):
-    """(B,) advantages of a batch: of the summed reward, or GDPO's of each term first."""
+    """(B,) advantages of a batch: of the summed reward, or GDPO's of each term first; --adv-clip C clamps
+    each to [-C, C] (a lone right answer among 8 gets 2.47 under the group's std)."""
     if cfg.reward_norm == "norm_then_sum":
-        return gdpo_advantages(batch.rewards, rewards.term_weights(cfg.format_weight), cfg.group_size, cfg.adv_norm)
-    if cfg.reward_norm != "sum_then_norm":
+        adv = gdpo_advantages(batch.rewards, rewards.term_weights(cfg.format_weight), cfg.group_size, cfg.adv_norm)
+    elif cfg.reward_norm == "sum_then_norm":
+        adv = group_advantages(batch.rewards["total"], cfg.group_size, cfg.adv_norm)
+    else:
         raise ValueError(f"unknown reward normalisation {cfg.reward_norm!r}")
-    return group_advantages(batch.rewards["total"], cfg.group_size, cfg.adv_norm)
+    return adv.clamp(-cfg.adv_clip, cfg.adv_clip) if cfg.adv_clip > 0 else adv
 
 
 def group_advantages(rewards, G, norm="group", eps=1e-4):
@@ -176,6 +169,17 @@ def batch_logprobs(model, batch, rows, loss_mask, cfg):
 def logprobs_no_grad(model, batch, loss_mask, cfg):
     """(B, T) log-probs of every row of a batch under model, without gradient (pi_old, pi_ref)."""
     return batch_logprobs(model, batch, torch.arange(batch.tokens.shape[0]), loss_mask, cfg)[0]
+
+
+def old_logprobs(pi_old, batch, loss_mask, cfg, first_update_sees_every_row):
+    """(B, T) pi_old's log-probs of a batch, fixed for all its updates, or None where the first update's own
+    forward gives them: until that update the policy *is* pi_old, so when it sees every row its log-probs,
+    detached, are pi_old's (the same numbers as a separate pass, which costs 10-16% of a default step).
+    --rollout-lag: pi_old is the policy that sampled the batch K steps ago (--lag-pi-old sampler, taken when
+    it sampled: `stale_batch`), or the learner as the step finds it (learner: decoupled PPO)."""
+    if cfg.rollout_lag and cfg.lag_pi_old == "sampler":
+        return batch.behaviour_logp
+    return None if first_update_sees_every_row else logprobs_no_grad(pi_old, batch, loss_mask, cfg)
 
 
 def learner_temperature(cfg):
@@ -399,6 +403,22 @@ def cispo_objective(ratio, adv, logp, eps_low, eps_high):
     return surr, low, high
 
 
+def stale_batch(policy, batch, zero_std, lagged, cfg, stats):
+    """--rollout-lag K, an asynchronous trainer (AReaL, PipelineRL): the step's new batch joins the queue
+    `lagged` (rollouts.lagged_batch) and the step trains on the one sampled K steps ago -> (that batch, its
+    zero_std); without a lag, the step's own. Which policy is then pi_old (--lag-pi-old):
+      sampler  the one that sampled the batch, its log-probs taken now, on the weights that sample: the PPO
+               ratio absorbs the staleness, and the sampler corrections see no gap (verl's and TRL's
+               asynchronous modes, which recompute no old log-probs);
+      learner  the learner as the step finds it (old_logprobs): decoupled PPO (AReaL), the proximal policy,
+               while the stale sampler's log-probs reach only --tis-cap and --off-policy-mask."""
+    if not cfg.rollout_lag:
+        return batch, zero_std
+    if cfg.lag_pi_old == "sampler":
+        batch.behaviour_logp = logprobs_no_grad(policy, batch, batch.loss_mask, cfg)  # (B, T)
+    return lagged_batch(batch, zero_std, lagged, cfg.rollout_lag, stats)
+
+
 def tis_weights(old_logp, sampler_logp, cap):
     """Truncated importance sampling (Yao et al. 2025), `--tis-cap C`: the tokens were drawn by the sampler
     (temperature, top-k, top-p, --sampler-dtype), not by pi_old, so each token's term is re-weighted towards
@@ -436,7 +456,10 @@ def exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg):
     """The KL term's target, summed over the whole vocabulary instead of estimated from the sampled
     tokens: sum_v pi(v) (log pi(v) - log pi_ref(v)) at each sampled position (over an answer's
     positions for --kl-level sequence), aggregated as the term is. A statistic (--exact-kl, logged as
-    kl_exact): kl_penalty's estimate matches it on samples of pi, on pi_old's only re-weighted."""
+    kl_exact): kl_penalty's estimate matches it on samples of pi, on pi_old's only re-weighted. None
+    without --exact-kl or without a KL term."""
+    if not (cfg.exact_kl and cfg.kl > 0):
+        return None
     m, support = loss_mask[rows], None if batch.support is None else batch.support[rows]  # (b, T), (b, T, V)
     lp, ref = (vocab_logprobs(model, batch.tokens[rows], batch.mask[rows], m, learner_temperature(cfg), support)
                for model in (policy, ref_policy))  # (n, V) each

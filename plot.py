@@ -334,10 +334,12 @@ def draw_ratio(ax, runs, keys, frac):
 
 
 def bar_width(all_steps, n_runs):
-    """Bars of all runs at one step share 80% of the smallest gap between a run's evals."""
+    """Bars of all runs at one step share 80% of the smallest gap between a run's evals, and at most 4% of
+    the steps drawn, so that on a short run the bars stay within its steps as the curves do."""
     gaps = [np.diff(np.unique(s)).min() for s in all_steps if len(np.unique(s)) > 1]
     gap = min(gaps) if gaps else 1.0
-    return 0.8 * gap / n_runs
+    span = max((np.max(s) - np.min(s) for s in all_steps if len(s)), default=0)
+    return min(0.8 * gap, 0.04 * span if span else 0.8 * gap) / n_runs
 
 
 def draw_bars(ax, runs, key):

@@ -60,7 +60,10 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
         # that --off-policy-mask compares with its delta (grpo.off_policy_keep)
         neg = (adv < 0)[:, None] & m  # (b, T)
         stats.mean("neg_ratio_above_3", r > 3, neg)
-        stats.mean("neg_sampler_kl", answer_means(sampler_logp - logp, m), (adv < 0) & has_tokens)
+        far = answer_means(sampler_logp - logp, m)  # (b,)
+        stats.mean("neg_sampler_kl", far, (adv < 0) & has_tokens)
+        # the answers --off-policy-mask would drop at the book's delta 0.1, whether or not it is on
+        stats.mean("neg_far_frac", (adv < 0) & (far > 0.1))
     if loss.kept is not None:
         stats.mean("off_policy_masked_frac", 1 - loss.kept)
     if kl_exact is not None:  # what the KL term estimates, and the estimate's relative gap to it
@@ -110,6 +113,7 @@ def batch_stats(stats, batch, adv, zero_std, old_logp, loss_mask, G):
     stats.min("tis_weight_min", w, m, default=1.0)
     stats.mean("tis_weight_mean", w, m, default=1.0)
     stats.max("tis_weight_max", w, m, default=1.0)
+    stats.mean("tis_weight_above_2", w > 2, m)  # the tokens --tis-cap 2 would cap, whether or not it is on
     stats.mean("sampler_entropy", batch.sampler_entropy, m)
     # ... and as verl and TRL log it: KL(sampler || learner) per token by k1 (a signed mean, whose
     # terms can cancel) and by k3 (each term >= 0); the chi^2 of the token weights, E[w^2] - 1; the

@@ -265,6 +265,13 @@ def longest_first_try(level, count, n=2000):
     return max((count(p.solution(tries=1)) for p, _ in zip(stream, range(n))), default=0) if check_level(level)[1] else 0
 
 
+def longest_prompt(level, count, n=500):
+    """The most tokens (count(text) -> int) a prompt takes among n problems of a level and its held-out
+    set: with the answer's cap, what the model's context has to hold."""
+    drawn = [p for p, _ in zip(problems(level, EVAL_SEED), range(n))] + eval_set(level)
+    return max(count(p.prompt) for p in drawn)
+
+
 def problems(level, seed, split="train"):
     """Endless deterministic stream of problems of one split (train or eval)."""
     weights, search_share, budget, relations = check_level(level)

@@ -67,7 +67,8 @@ def main(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     policy, enc, extra = cli.load_policy(args, device)
-    pool, evalset = cli.task_sets(args, enc, extra, log)  # before the run folder: a bad data file leaves nothing
+    # before the run folder: a bad data file, or a cap the model cannot hold, leaves nothing
+    pool, evalset = cli.task_sets(args, enc, extra, log, getattr(policy.cfg, "max_seq_len", None))
     # a frozen copy of the warm start; none at all when beta = 0
     ref_policy = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.kl > 0 else None
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)

@@ -56,7 +56,15 @@ def checked(argv, capsys):
     (["--rollout-lag", "0"], "--rollout-lag must be >= 1, got 0: a lag of 0 is the on-policy default"),
     (["--rollout-lag", "-2"], "--rollout-lag must be >= 1, got -2"),
     (["--rollout-lag", "1", "--resample-epochs"], "--resample-epochs samples each epoch afresh"),
-    (["--recipe", "book", "--rollout-lag", "2"], "use one or the other (--no-resample-epochs)")])
+    (["--recipe", "book", "--rollout-lag", "2"], "use one or the other (--no-resample-epochs)"),
+    (["--lag-pi-old", "learner"], "without --rollout-lag K the learner is the sampler"),
+    (["--lag-pi-old", "learner", "--recipe", "book"], "without --rollout-lag K the learner is the sampler"),
+    (["--tis-cap", "0.5"], "a cap below 1 scales every token's weight down"),
+    (["--top-k", "-1"], "--top-k must be >= 0 (0: off), got -1"),
+    (["--adv-clip", "-1"], "--adv-clip must be >= 0 (0: off), got -1.0"),
+    (["--run-name", "../escape"], "is a folder name, without / or ..: --runs-dir says where run folders go"),
+    (["--run-name", "/an/absolute/path"], "is a folder name, without / or .."),
+    (["--run-name", "a/b"], "is a folder name, without / or ..")])
 def test_contradicting_flags_are_refused_in_one_line(argv, message, capsys):
     with pytest.raises(ValueError, match=re.escape(message)) as e:
         checked(argv, capsys)
@@ -70,7 +78,10 @@ def test_contradicting_flags_are_refused_in_one_line(argv, message, capsys):
                                   ["--dropout", "0.1"], ["--rollout-lag", "2", "--dynamic-sampling"],
                                   ["--kl-cov", "0.01"], ["--kl-cov", "0.01", "--mu", "1", "--minibatches", "2"],
                                   ["--rollout-lag", "1", "--off-policy-mask", "0.1"],
-                                  ["--recipe", "book", "--rollout-lag", "1", "--no-resample-epochs"]])
+                                  ["--recipe", "book", "--rollout-lag", "1", "--no-resample-epochs"],
+                                  ["--rollout-lag", "4", "--lag-pi-old", "learner", "--tis-cap", "2"],
+                                  ["--tis-cap", "1"], ["--tis-cap", "inf"], ["--top-k", "0"], ["--adv-clip", "1"],
+                                  ["--run-name", "my-run.2"]])
 def test_the_same_flags_where_they_act_pass_silently(argv, capsys):
     assert checked(argv, capsys) == ""
 
@@ -82,6 +93,7 @@ def test_the_same_flags_where_they_act_pass_silently(argv, capsys):
     (["--resample-epochs", "--mu", "1"], "--resample-epochs", "with one epoch (--mu 1)"),
     (["--kl-cov", "0.01", "--mu", "1"], "--kl-cov", "with one update a rollout"),
     (["--max-sampling-rounds", "5"], "--max-sampling-rounds", "without --dynamic-sampling"),
+    (["--lag-pi-old", "sampler"], "--lag-pi-old", "without --rollout-lag"),
     (["--gated"], "--gated", "without a format bonus (--format-weight 0)"),
     (["--format-check", "book"], "--format-check", "without a format bonus"),
     (["--task", "math", "--data", "x.json", "--model", "m", "--level", "easy"], "--level", "with --task math"),
@@ -164,6 +176,46 @@ def test_a_refused_rollout_lag_exits_2_in_one_line_before_anything_is_written(ar
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and f"train.py: error: {message}" in out.stderr
     assert not os.listdir(tmp_path)  # no run folder
+
+
+def test_a_cap_the_models_context_cannot_hold_is_refused_before_anything_is_written(tmp_path):
+    """The small GPT holds 96 positions: a prompt of --level medium takes up to 14 tokens, so a cap of 1000 is
+    refused in one line naming the most it can be; at that most the run starts."""
+    out = subprocess.run([sys.executable, "train.py", "--max-new-tokens", "1000", "--runs-dir", str(tmp_path),
+                          "--run-name", "r"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert "train.py: error: --max-new-tokens 1000 does not fit the model: its context holds 96 tokens" in out.stderr
+    most = int(re.search(r"--max-new-tokens <= (\d+)", out.stderr)[1])
+    assert not os.listdir(tmp_path)  # no run folder
+    ok = subprocess.run([sys.executable, "train.py", "--max-new-tokens", str(most), "--steps", "0", "--eval-size", "4",
+                         "--runs-dir", str(tmp_path), "--run-name", "r"], cwd=ROOT, capture_output=True, text=True,
+                        timeout=120)
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_help_gives_each_default_once():
+    """Each flag's help, as --help prints it, names its default at most once, and never as 'None'."""
+    ap = cli.get_parser()
+    formatter = ap.formatter_class(prog="train.py")
+    for action in ap._actions:
+        text = (formatter._get_help_string(action) or "") % {"default": action.default, "prog": "train.py"}
+        assert len(re.findall(r"\(default|default:|default \d", text)) <= 1, text
+        assert "(default: None)" not in text and "(default: False)" not in text, text
+    out = subprocess.run([sys.executable, "train.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    text = " ".join(out.stdout.split())  # argparse wraps lines
+    assert out.returncode == 0 and "--runs-dir RUNS_DIR where run folders live (default: runs)" in text
+    assert "(default: a timestamp)" in text and "(default: a timestamp) (default" not in text
+
+
+def test_the_start_of_a_run_fits_on_a_screen(tmp_path):
+    """The resolved config goes to config.json, named in one line: the first step prints within a screen."""
+    out = subprocess.run([sys.executable, "train.py", "--steps", "1", "--eval-size", "4", "--runs-dir", str(tmp_path),
+                          "--run-name", "r"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = out.stdout.splitlines()
+    first_step = next(i for i, line in enumerate(lines) if line.startswith("step    1/1"))
+    assert out.returncode == 0 and first_step < 10, lines[:first_step]
+    assert any(f"config: {tmp_path / 'r' / 'config.json'}" in line for line in lines)
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["steps"] == 1
 
 
 @pytest.mark.parametrize("argv", [["--eval-pass-n", "16"], ["--eval-pass-k", "8", "--eval-pass-n", "4"],

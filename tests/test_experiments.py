@@ -5,12 +5,15 @@ import math
 import os
 import re
 import subprocess
+import signal
 import sys
+import time
 
 import pytest
 
 import cli
 import experiments
+import report
 import plot
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,16 +30,25 @@ def test_every_experiment_parses_as_train_flags(name, capsys):
 
 
 def test_nproc_runs_train_under_torchrun():
-    cmd = experiments.command("clip", 0, "runs/exp", nproc=2)
+    cmd = experiments.command("default", 0, "runs/exp", nproc=2)
     assert cmd[1:7] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "train.py"]
-    assert cmd[7:] == experiments.command("clip", 0, "runs/exp")[2:]  # the same train.py flags
+    assert cmd[7:] == experiments.command("default", 0, "runs/exp")[2:]  # the same train.py flags
+
+
+def test_the_default_experiment_is_python_train_py_itself():
+    """`default` adds nothing to train.py's own settings: its resolved flags are train.py's defaults."""
+    assert experiments.EXPERIMENTS["default"][0] == []
+    args = cli.parse_args(experiments.command("default", 0, "runs/exp")[2:])[1]
+    plain = cli.parse_args([])[1]
+    differ = {k for k in vars(args) if getattr(args, k) != getattr(plain, k)}
+    assert differ <= {"runs_dir", "run_name", "typed_flags", "steps"} and args.steps == 100, differ
 
 
 def test_comparisons_and_lessons_name_existing_experiments():
-    assert not set(experiments.LESSONS) & set(experiments.EXPERIMENTS)  # a name on the command line means one thing
+    assert not set(report.LESSONS) & set(experiments.EXPERIMENTS)  # a name on the command line means one thing
     for names, _ in experiments.COMPARISONS.values():
         assert set(names) <= set(experiments.EXPERIMENTS)
-    for names, _, _ in experiments.LESSONS.values():
+    for names, _, _ in report.LESSONS.values():
         assert set(names) <= set(experiments.EXPERIMENTS)
 
 
@@ -73,7 +85,7 @@ def write_run(folder, evals, reward=lambda s: s / 20, tail=""):
 def test_table_is_mean_and_std_over_seeds(tmp_path):
     write_run(tmp_path / "clip" / "seed0", [0.25, 0.75, 0.7], tail='{"step": 21, "rew')  # a cut last line
     write_run(tmp_path / "clip" / "seed1", [0.25, 0.85, 0.8])
-    line = [l for l in experiments.table(str(tmp_path)).splitlines() if l.startswith("| clip")][0]
+    line = [l for l in report.table(str(tmp_path)).splitlines() if l.startswith("| clip")][0]
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[:5] == ["clip", "2", "25.0% ± 0.0%", "75.0% ± 7.1%", "80.0% ± 7.1%"]  # start, final, peak
     assert cells[5] == "0.775 ± 0.000" and cells[7] == "25.5 ± 0.0" and cells[-1] == "2.0 ± 0.0"  # reward and length of the last 10 steps
@@ -81,26 +93,27 @@ def test_table_is_mean_and_std_over_seeds(tmp_path):
 
 def test_the_table_and_the_figures_find_seeds_by_plots_one_rule(tmp_path, monkeypatch):
     """experiments.py has no rule of its own for seed folders: what plot.seed_folders names is what it reads."""
-    for name in ("clip/seed0", "clip/seed1", "clip/run_a", "baseline/run_a"):
+    for name in ("default/seed0", "default/seed1", "default/run_a", "onpolicy/run_a"):
         write_run(tmp_path / name, [0.25, 0.75, 0.7])
     monkeypatch.setattr(plot, "seed_folders", lambda folder: [os.path.join(folder, "run_a")]
                         if os.path.isdir(os.path.join(folder, "run_a")) else [])  # a rule other than seed<k>
-    table = experiments.table(str(tmp_path)).splitlines()
-    assert [l.split("|")[1:3] for l in table if l.startswith(("| clip", "| baseline"))] == \
-        [[" baseline ", " 1 "], [" clip ", " 1 "]]  # run_a alone, not seed0 and seed1
+    table = report.table(str(tmp_path)).splitlines()
+    assert [l.split("|")[1:3] for l in table if l.startswith(("| default", "| onpolicy"))] == \
+        [[" default ", " 1 "], [" onpolicy ", " 1 "]]  # run_a alone, not seed0 and seed1
     drawn = []
-    monkeypatch.setattr(experiments.subprocess, "run", lambda cmd, check: drawn.append(cmd[2:cmd.index("--metrics")]))
-    experiments.figures(str(tmp_path), str(tmp_path / "fig"))
-    assert drawn[0] == [str(tmp_path / "baseline"), str(tmp_path / "clip")]
+    monkeypatch.setattr(experiments.subprocess, "run",
+                        lambda cmd, check, stdout: drawn.append(cmd[2:cmd.index("--metrics")]))
+    experiments.figures(str(tmp_path), str(tmp_path / "fig"), ["onpolicy"])
+    assert drawn == [[str(tmp_path / "onpolicy"), str(tmp_path / "default")]]  # the clip comparison alone
 
 
 def test_lessons_count_the_seeds_where_they_hold(tmp_path, monkeypatch):
     for seed, end in [(0, 0.3), (1, 0.5)]:
-        write_run(tmp_path / "baseline" / f"seed{seed}", [0.2, 0.8, end])
-        write_run(tmp_path / "clip" / f"seed{seed}", [0.2, 0.8, 0.8])
-    monkeypatch.setattr(experiments, "LESSONS", {"falls": (["baseline", "clip"],
-                                                           lambda b, c: b["peak"] - b["final"] >= 0.4, "a claim")})
-    text = experiments.table(str(tmp_path))
+        write_run(tmp_path / "onpolicy" / f"seed{seed}", [0.2, 0.8, end])
+        write_run(tmp_path / "default" / f"seed{seed}", [0.2, 0.8, 0.8])
+    monkeypatch.setattr(report, "LESSONS", {"falls": (["onpolicy", "default"],
+                                                      lambda b, c: b["peak"] - b["final"] >= 0.4, "a claim")})
+    text = report.table(str(tmp_path))
     assert "**falls** (a claim): held in 1 of 2 seeds" in text
     assert "| 0 | 80.0% (10) -> 30.0% | 80.0% (10) -> 80.0% | yes |" in text  # seed, peak (step) -> final, held
     assert "| 1 | 80.0% (10) -> 50.0% | 80.0% (10) -> 80.0% | no |" in text
@@ -113,10 +126,10 @@ def test_the_runaway_lesson_asks_for_the_signs_of_the_books_7_3_log():
     broken = {"peak": 0.9, "final": 0.85, "entropy_peak": 3.0, "ln_vocab": math.log(287), "truncated_peak": 0.2,
               "sampled_peak": 0.75, "sampled_final": 0.4}
     fixed = {"peak": 0.9, "final": 0.85, "sampled_peak": 0.85, "sampled_final": 0.8}
-    assert experiments.runs_away(broken, fixed)
+    assert report.runs_away(broken, fixed)
     for change in ({"entropy_peak": 2.8}, {"sampled_final": 0.61}, {"sampled_peak": 0.54}, {"sampled_peak": None}):
-        assert not experiments.runs_away({**broken, **change}, fixed), change
-    assert not experiments.runs_away(broken, {**fixed, "sampled_final": 0.54})  # ends < 15 below the fix
+        assert not report.runs_away({**broken, **change}, fixed), change
+    assert not report.runs_away(broken, {**fixed, "sampled_final": 0.54})  # ends < 15 below the fix
 
 
 def test_the_format_lesson_asks_that_the_ungated_reward_hides_what_the_gated_one_shows():
@@ -126,25 +139,25 @@ def test_the_format_lesson_asks_that_the_ungated_reward_hides_what_the_gated_one
                "reward_low_after_peak": 1.1}
     gated = {"sampled_peak": 0.8, "sampled_final": 0.4, "reward_format_end": 0.5, "reward_peak50": 1.0,
              "reward_low_after_peak": 0.3}
-    assert experiments.reward_hides_the_collapse(ungated, gated)
+    assert report.reward_hides_the_collapse(ungated, gated)
     for run, change in ((ungated, {"sampled_final": 0.7}), (gated, {"sampled_final": 0.7}),
                         (ungated, {"reward_format_end": 0.9}), (ungated, {"reward_low_after_peak": 0.69}),
                         (gated, {"reward_low_after_peak": 0.5})):
         u, g = ({**ungated, **change}, gated) if run is ungated else (ungated, {**gated, **change})
-        assert not experiments.reward_hides_the_collapse(u, g), change
+        assert not report.reward_hides_the_collapse(u, g), change
 
 
 def test_run_summary_reads_the_runaway_numbers(tmp_path):
     rows = [{"step": 0, "time": 0, "eval_acc": 0.2, "ln_vocab": 5.0}]
     rows += [{"step": s, "time": s, "entropy": s / 10, "truncated_frac": 0.5 if 30 <= s < 50 else 0.0}
              for s in range(1, 61)]
-    s = experiments.run_summary(rows)
+    s = report.run_summary(rows)
     # the highest 20-step mean: entropy over steps 41..60 (5.05); the cut share over 30..49 (0.5), 0 over 1..20
     assert s["ln_vocab"] == 5.0 and s["entropy_peak"] == pytest.approx(5.05) and s["truncated_peak"] == 0.5
     assert s["truncated_start"] == 0.0
-    steps, means = experiments.trailing_means(rows, "entropy", window=3)
+    steps, means = report.trailing_means(rows, "entropy", window=3)
     assert steps[:4] == [1, 2, 3, 4] and means[:4] == pytest.approx([0.1, 0.15, 0.2, 0.3])  # fewer steps first
-    assert math.isnan(experiments.highest_trailing_mean(rows[:3], "entropy"))  # fewer steps than the window
+    assert math.isnan(report.highest_trailing_mean(rows[:3], "entropy"))  # fewer steps than the window
 
 
 def test_first_moves_says_which_metric_moved_when():
@@ -154,13 +167,13 @@ def test_first_moves_says_which_metric_moved_when():
                      "resp_len": 20.0, "sampler_gap": 0.01})
         if s % 10 == 0:
             rows[-1]["eval_acc"] = {10: 0.6, 20: 0.7, 30: 0.65, 40: 0.55}.get(s, 0.5)
-    moves = experiments.first_moves(rows)
+    moves = report.first_moves(rows)
     # the peak is at step 20, where each metric's 20-step mean is its reference. |kl|'s mean reaches
     # twice its 0.2 at step 26: (14 x 0.2 + 6 x 0.9) / 20 = 0.41 (step 25: 0.375); entropy at 35:
     # (15 x 0.1 + 5 x 0.55) / 20 = 0.2125 (step 34: 0.19); accuracy at 40: 0.55 <= 0.7 - 0.1; length
     # and gap never move, ratio_max was never logged
     assert moves == {"eval_acc": 40, "kl": 26, "entropy": 35, "sampler_gap": None, "resp_len": None, "ratio_max": None}
-    assert experiments.moved({"moves": moves}) == "kl 26, entropy 35, eval_acc 40"
+    assert report.moved({"moves": moves}) == "kl 26, entropy 35, eval_acc 40"
 
 
 def test_every_listed_command_gives_each_flag_once():
@@ -181,12 +194,13 @@ def test_an_experiment_named_after_a_recipe_runs_that_recipe():
 
 def test_a_lesson_name_runs_its_experiments(monkeypatch, tmp_path):
     ran = []
-    monkeypatch.setattr(experiments, "run_all", lambda jobs, n: ran.extend(jobs))
+    monkeypatch.setattr(experiments, "run_suite", lambda runs, jobs, rerun, nproc: ran.extend(runs))
     args = argparse.Namespace(list=False, names=["naive_kl", "book_kl"], seeds=[0, 1], runs_dir=str(tmp_path), extra=[],
-                              nproc=1, jobs=2, figures=str(tmp_path / "fig"), write=None)
+                              nproc=1, jobs=2, figures=str(tmp_path / "fig"), write=False, steps=None, rerun=False)
     experiments.main(args)
-    runs = [(c[c.index("--runs-dir") + 1].rsplit("/", 1)[1], c[c.index("--run-name") + 1]) for c in ran]
-    assert runs == [(n, f"seed{s}") for n in experiments.LESSONS["naive_kl"][0] for s in (0, 1)]  # book_kl once
+    assert [(r.name, r.seed) for r in ran] == [(n, s) for n in report.LESSONS["naive_kl"][0] for s in (0, 1)]
+    assert experiments.experiment_names(["fixes"]) == list(dict.fromkeys(
+        n for lesson, (names, _, _) in report.LESSONS.items() if lesson.startswith("fix_") for n in names))
 
 
 def test_an_unknown_name_is_a_usage_error_in_one_line():
@@ -194,7 +208,8 @@ def test_an_unknown_name_is_a_usage_error_in_one_line():
     out = subprocess.run([sys.executable, "experiments.py", "nosuch"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
-    assert out.stderr.startswith("experiments.py: error: unknown experiment 'nosuch'; choose from all, table, fixes, naive_kl")
+    assert out.stderr.startswith("experiments.py: error: unknown experiment 'nosuch'; choose from all, lessons, fixes, "
+                                 "table, check, instability, naive_kl")
     assert len(out.stderr.splitlines()) == 1
 
 
@@ -205,17 +220,17 @@ def test_run_summary_reads_the_rewards_50_step_peak_and_its_lowest_mean_after(tm
     rows = [{"step": 0, "eval_acc": 0.1}]
     rows += [{"step": t, "time": t, "reward": 0.2 if t <= 50 else 1.5 if t <= 100 else 0.5, "reward_correct": 0.2,
               "reward_format": 0.95} for t in range(1, 201)]
-    s = experiments.run_summary(rows)
+    s = report.run_summary(rows)
     assert s["reward_peak50"] == pytest.approx(1.5) and s["reward_low_after_peak"] == pytest.approx(0.5)
     assert s["reward_format_end"] == pytest.approx(0.95) and s["bonus"] > 0
 
 
-@pytest.mark.parametrize("item", list(experiments.FIXES))
+@pytest.mark.parametrize("item", list(report.FIXES))
 def test_each_fix_pair_differs_in_its_own_flags_and_nothing_else(item):
     """fix_<item>: its two runs resolve to the same train.py flags (recipe and defaults filled in)
     but for the item's own, so that what moves between them is the item's doing."""
-    without, with_ = experiments.LESSONS["fix_" + item][0]
-    assert (without, with_) == experiments.FIXES[item][3]
+    without, with_ = report.LESSONS["fix_" + item][0]
+    assert (without, with_) == report.FIXES[item][3]
     a, b = (vars(cli.parse_args(experiments.command(n, 0, "runs/exp")[2:])[1]) for n in (without, with_))
     differ = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"runs_dir", "typed_flags"}  # where it ran, what was typed
     own = {"dynamic_sampling": {"dynamic_sampling"}, "token_mean": {"loss_agg"}, "drgrpo": {"loss_agg", "adv_norm"},
@@ -229,18 +244,127 @@ def test_each_fix_pair_differs_in_its_own_flags_and_nothing_else(item):
 
 def test_every_fix_has_a_gate_that_run_summary_computes():
     """Each fix's gate (GATES) is a number of run_summary's, so the table's gate column can be filled."""
-    assert set(experiments.GATES) == set(experiments.FIXES)
+    assert set(report.GATES) == set(report.FIXES)
     rows = [{"step": 0, "eval_acc": 0.1}] + [{"step": t, "time": t, "zero_std_frac": 0.25, "logratio_std_token": 0.3}
                                              for t in range(1, 21)]
-    summary = experiments.run_summary(rows)
-    assert all(key in summary for key, _ in experiments.GATES.values())
+    summary = report.run_summary(rows)
+    assert all(key in summary for gates in report.GATES.values() for key, _ in gates)
     assert summary["mean_zero_std_frac"] == pytest.approx(0.25) and summary["early_logratio_std_token"] == pytest.approx(0.3)
 
 
 def test_the_fixes_table_gives_each_seed_and_counts_the_metric_moving_its_way():
     s = lambda v: {"mean_signal_groups": v}  # noqa: E731 (a summary holding one metric)
     summaries = {"ds4": {"seed0": s(2.0), "seed1": s(3.0)}, "ds4_dynamic": {"seed0": s(3.5), "seed1": s(2.5)}}
-    row = [line for line in experiments.fixes_table(summaries) if line.startswith("| dynamic_sampling")]
+    row = [line for line in report.fixes_table(summaries).splitlines() if line.startswith("| dynamic_sampling")]
     assert len(row) == 1 and "2 -> 3.5, 3 -> 2.5" in row[0] and "| 1 of 2 |" in row[0]
     assert "| groups with no signal: -, - |" in row[0]  # the gate's column: these summaries lack its number
-    assert experiments.fixes_table({"ds4": summaries["ds4"]}) == []  # no row without both runs
+    assert report.fixes_table({"ds4": summaries["ds4"]}) == ""  # no row without both runs
+
+
+# ------------------------------------------------------------------- a suite continues as make does
+
+SMALL = ["--", "--prompts-per-step", "2", "--eval-size", "8", "--eval-every", "4"]  # fast runs of the real warm start
+
+
+def suite(tmp_path, *argv, timeout=300):
+    """python experiments.py ARGV --runs-dir tmp_path/exp -> the finished process."""
+    own, extra = argv[:argv.index("--")] if "--" in argv else argv, argv[argv.index("--"):] if "--" in argv else ()
+    return subprocess.run([sys.executable, "experiments.py", *own, "--runs-dir", str(tmp_path / "exp"), *extra],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def metrics_without_time(path):
+    rows = [json.loads(line) for line in open(path)]
+    return [{k: v for k, v in r.items() if k not in ("time", "tokens_per_s")} for r in rows]
+
+
+def git_status():
+    return subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+
+
+def test_a_finished_run_is_skipped_in_one_line_and_no_tracked_file_changes(tmp_path):
+    """Run once: the run, and its figure beside the runs (runs_dir/figures), not in figures/. Again: one
+    line says it is skipped, its metrics.jsonl is the same bytes, its train.log was appended to."""
+    before = git_status()
+    out = suite(tmp_path, "default", "--seeds", "0", "--steps", "3", *SMALL)
+    assert out.returncode == 0, out.stderr
+    run = tmp_path / "exp" / "default" / "seed0"
+    metrics, log = (run / "metrics.jsonl").read_bytes(), (run / "train.log").read_text()
+    assert [r["step"] for r in metrics_without_time(run / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert os.listdir(tmp_path / "exp" / "figures") == ["exp_default.png"]
+    assert "[1/1] default seed 0: started" in out.stdout and "1 started, 0 resumed, 0 skipped" in out.stdout
+    again = suite(tmp_path, "default", "--seeds", "0", "--steps", "3", *SMALL)
+    assert again.returncode == 0 and "[1/1] default seed 0: finished already at step 3: skipped" in again.stdout
+    assert (run / "metrics.jsonl").read_bytes() == metrics and (run / "train.log").read_text() == log
+    assert git_status() == before  # neither figures/ nor any page nor results.jsonl was touched
+
+
+def kill_when(proc, path, lines):
+    """kill -9 the suite and its runs once path holds `lines` lines (or the suite has ended)."""
+    while proc.poll() is None and not (os.path.exists(path) and len(open(path).readlines()) >= lines):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.mark.parametrize("killed_at", [3, 9])  # before the first checkpoint (step 5), and after it
+def test_a_suite_killed_mid_run_completes_with_each_step_once(tmp_path, killed_at):
+    """kill -9 of the suite and its runs, then the same command: the run restarts (no checkpoint yet) or
+    resumes, and its metrics.jsonl holds each step once, the numbers of an uninterrupted run."""
+    argv = ["default", "--seeds", "0", "--steps", "14", *SMALL]
+    own, extra = argv[:argv.index("--")], argv[argv.index("--"):]
+    proc = subprocess.Popen([sys.executable, "experiments.py", *own, "--runs-dir", str(tmp_path / "exp"), *extra],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    path = tmp_path / "exp" / "default" / "seed0" / "metrics.jsonl"
+    kill_when(proc, str(path), killed_at)
+    done = len(open(path).readlines())
+    assert 0 < done < 15, "the run was not killed mid-way"
+    out = suite(tmp_path, *argv)
+    assert out.returncode == 0, out.stderr
+    assert ("resumed at step 5" if done > 6 else "restarted from step 0") in out.stdout, (done, out.stdout)
+    whole = suite(tmp_path / "whole", *argv)
+    assert whole.returncode == 0
+    assert metrics_without_time(path) == metrics_without_time(tmp_path / "whole" / "exp" / "default" / "seed0" /
+                                                              "metrics.jsonl")
+    assert open(path.parent / "train.log").read().count("=== experiments.py") == 2  # appended, never truncated
+
+
+def test_a_folder_with_other_flags_is_refused_naming_them_and_rerun_moves_it_aside(tmp_path):
+    assert suite(tmp_path, "default", "--seeds", "0", "--steps", "2", *SMALL).returncode == 0
+    run = tmp_path / "exp" / "default" / "seed0"
+    metrics = (run / "metrics.jsonl").read_bytes()
+    out = suite(tmp_path, "default", "--seeds", "0", "--steps", "3", *SMALL)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert f"{run} holds a run with other flags (--steps: 2 there, 3 asked): --rerun moves it aside" in out.stderr
+    assert (run / "metrics.jsonl").read_bytes() == metrics  # nothing touched
+    out = suite(tmp_path, "default", "--seeds", "0", "--steps", "3", "--rerun", *SMALL)
+    assert out.returncode == 0 and "moved aside to" in out.stdout
+    (aside,) = [d for d in os.listdir(run.parent) if d.startswith("seed0.replaced-")]
+    assert (run.parent / aside / "metrics.jsonl").read_bytes() == metrics  # the old run, kept
+    assert [r["step"] for r in metrics_without_time(run / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert [os.path.basename(d) for d in plot.seed_folders(str(run.parent))] == ["seed0"]  # the aside is not a seed
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["default", "--", "--no-such-flag"], "default seed 0: train.py refuses a flag after --: unrecognized arguments: "
+                                          "--no-such-flag"),
+    (["default", "--", "--seed", "3"], "--seed after -- is experiments.py's to set for each run: use --seeds"),
+    (["default", "--", "--steps", "3"], "--steps after -- is experiments.py's to set for each run: use experiments.py's "
+                                        "own --steps"),
+    (["default", "--", "--top-k", "-1"], "default seed 0: train.py refuses a flag after --: --top-k must be >= 0"),
+    (["default", "--steps", "0"], "--steps must be >= 1, got 0"),
+    (["default", "--lr", "3e-4"], "--lr is a train.py flag: put it after --, as in `python experiments.py default "
+                                  "-- --lr 3e-4`"),
+    (["nosuch"], "unknown experiment 'nosuch'")])
+def test_a_bad_suite_is_refused_in_one_line_before_anything_runs(tmp_path, argv, message):
+    out = suite(tmp_path, *argv)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith("experiments.py: error: ") and message in out.stderr, out.stderr
+    assert not (tmp_path / "exp").exists()
+
+
+def test_the_table_skips_a_cut_metrics_line_and_says_so(tmp_path, capsys):
+    write_run(tmp_path / "default" / "seed0", [0.25, 0.75, 0.7], tail='{"step": 21, "rew')
+    text = report.table(str(tmp_path))
+    assert "| default | 1 | 25.0% | 70.0% | 75.0% |" in text
+    assert "metrics.jsonl:22: skipped incomplete last line" in capsys.readouterr().err

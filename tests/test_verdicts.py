@@ -1,5 +1,5 @@
 """The verdicts EXPERIMENTS.md prints ("held in 3 of 3"), each held to a hand-made case: every
-lesson and fix check in experiments.LESSONS, the run_summary numbers they and the tables read,
+lesson and fix check in report.LESSONS, the run_summary numbers they and the tables read,
 and a run that lacks one of those numbers.
 
     python -m pytest -q tests/test_verdicts.py
@@ -13,7 +13,8 @@ import statistics
 
 import pytest
 
-import experiments
+
+import report
 
 # A pair of summaries (broken, fixed) that holds, for each rule a lesson is judged by, and pairs
 # that each move one number to just the wrong side of the rule's threshold (15 points, half of ln V,
@@ -25,17 +26,17 @@ UNGATED = {"sampled_peak": 0.8, "sampled_final": 0.3, "reward_format_end": 0.97,
 GATED = {"sampled_peak": 0.8, "sampled_final": 0.4, "reward_format_end": 0.5, "reward_peak50": 1.0,
          "reward_low_after_peak": 0.3}
 HOLDING = {
-    experiments.broken_vs_fixed: ({"peak": 0.70, "final": 0.40}, {"peak": 0.72, "final": 0.65}),
-    experiments.runs_away: (RUNAWAY, STAYED),
-    experiments.reward_hides_the_collapse: (UNGATED, GATED),
+    report.broken_vs_fixed: ({"peak": 0.70, "final": 0.40}, {"peak": 0.72, "final": 0.65}),
+    report.runs_away: (RUNAWAY, STAYED),
+    report.reward_hides_the_collapse: (UNGATED, GATED),
 }
 NEAR = {
-    experiments.broken_vs_fixed: [({"peak": 0.70, "final": 0.56}, {"peak": 0.72, "final": 0.72}),  # falls 14 points
+    report.broken_vs_fixed: [({"peak": 0.70, "final": 0.56}, {"peak": 0.72, "final": 0.72}),  # falls 14 points
                                   ({"peak": 0.70, "final": 0.40}, {"peak": 0.72, "final": 0.54})],  # ends 14 below
-    experiments.runs_away: [({**RUNAWAY, "entropy_peak": 2.45}, STAYED),  # entropy just under half of ln V
+    report.runs_away: [({**RUNAWAY, "entropy_peak": 2.45}, STAYED),  # entropy just under half of ln V
                             ({**RUNAWAY, "sampled_final": 0.61}, STAYED),  # sampled accuracy falls 14 points
                             (RUNAWAY, {**STAYED, "sampled_final": 0.54})],  # ends 14 below the fix
-    experiments.reward_hides_the_collapse: [({**UNGATED, "sampled_final": 0.66}, GATED),  # falls 14 points
+    report.reward_hides_the_collapse: [({**UNGATED, "sampled_final": 0.66}, GATED),  # falls 14 points
                                             (UNGATED, {**GATED, "sampled_final": 0.66}),
                                             ({**UNGATED, "reward_format_end": 0.9}, GATED),  # not above 0.9
                                             ({**UNGATED, "reward_low_after_peak": 0.69}, GATED),  # under half its peak
@@ -51,7 +52,7 @@ TYPICAL = {"mean_signal_groups": 2.8, "late_resp_len_wrong": 21.4, "mean_truncat
 def fix_pair(lesson, gain):
     """(without, with) for fix_<item>: the with-run moves its metric the fix's way by `gain` times
     its margin, every other number the same."""
-    _, _, _, _, key, side, (size, unit) = experiments.FIXES[lesson[len("fix_"):]]
+    _, _, _, _, key, side, (size, unit) = report.FIXES[lesson[len("fix_"):]]
     without = {k: TYPICAL.get(k, 0.5) for k in {key, *TYPICAL}}
     need = size * abs(without[key]) if unit == "relative" else size
     return without, {**without, key: without[key] + gain * need * (1 if side == "higher" else -1)}
@@ -60,28 +61,28 @@ def fix_pair(lesson, gain):
 def holding_pair(lesson):
     if lesson.startswith("fix_"):
         return fix_pair(lesson, 1.1)
-    check = experiments.LESSONS[lesson][1]
+    check = report.LESSONS[lesson][1]
     assert check in HOLDING, f"{lesson}: its rule {check.__name__} needs a hand-made pair in HOLDING and NEAR"
     return HOLDING[check]
 
 
 def near_pairs(lesson):
-    return [fix_pair(lesson, 0.9)] if lesson.startswith("fix_") else NEAR[experiments.LESSONS[lesson][1]]
+    return [fix_pair(lesson, 0.9)] if lesson.startswith("fix_") else NEAR[report.LESSONS[lesson][1]]
 
 
-@pytest.mark.parametrize("lesson", list(experiments.LESSONS))
+@pytest.mark.parametrize("lesson", list(report.LESSONS))
 def test_a_lesson_holds_on_its_hand_made_pair_and_not_on_the_pair_reversed(lesson):
-    check = experiments.LESSONS[lesson][1]
+    check = report.LESSONS[lesson][1]
     broken, fixed = holding_pair(lesson)
     assert check(broken, fixed)
     assert not check(fixed, broken)
 
 
-@pytest.mark.parametrize("lesson", list(experiments.LESSONS))
+@pytest.mark.parametrize("lesson", list(report.LESSONS))
 def test_a_lesson_does_not_hold_on_identical_runs_nor_with_one_number_1_percent_off(lesson):
     """Two runs that differ by what two seeds of one run differ by prove nothing: not the same
     summary twice, nor the same with any one of its numbers 1% higher or lower, either way round."""
-    check = experiments.LESSONS[lesson][1]
+    check = report.LESSONS[lesson][1]
     for run in holding_pair(lesson):
         assert not check(run, dict(run))
         for key, value in run.items():
@@ -90,27 +91,27 @@ def test_a_lesson_does_not_hold_on_identical_runs_nor_with_one_number_1_percent_
                 assert not check(run, moved) and not check(moved, run), (key, factor)
 
 
-@pytest.mark.parametrize("lesson", list(experiments.LESSONS))
+@pytest.mark.parametrize("lesson", list(report.LESSONS))
 def test_a_lesson_does_not_hold_on_a_pair_inside_its_margin(lesson):
-    check = experiments.LESSONS[lesson][1]
+    check = report.LESSONS[lesson][1]
     for broken, fixed in near_pairs(lesson):
         assert not check(broken, fixed), (broken, fixed)
 
 
-@pytest.mark.parametrize("lesson", list(experiments.LESSONS))
+@pytest.mark.parametrize("lesson", list(report.LESSONS))
 def test_a_lesson_whose_run_lacks_a_number_names_it_or_does_not_read_it(lesson):
     """Any one number of a holding pair missing (absent, None or nan: an old or interrupted run):
     the verdict either still holds, the check not reading it, or names that number and that run;
     never a plain "no"."""
-    check, names = experiments.LESSONS[lesson][1], ["broken", "fixed"]
+    check, names = report.LESSONS[lesson][1], ["broken", "fixed"]
     pair = holding_pair(lesson)
     for i, run in enumerate(pair):
         for key in run:
             for lacking in ({k: v for k, v in run.items() if k != key}, {**run, key: None}, {**run, key: math.nan}):
                 runs = [lacking if j == i else other for j, other in enumerate(pair)]
-                held, why = experiments.judge(check, runs, names)
+                held, why = report.judge(check, runs, names)
                 assert held or why == f"{names[i]} has no {key}", (key, why)
-    assert experiments.judge(check, [{}, {}], names)[0] is False  # two empty metrics files
+    assert report.judge(check, [{}, {}], names)[0] is False  # two empty metrics files
 
 
 # The runs without each fix, seeds 0, 1, 2, as EXPERIMENTS.md records them ("The closing list", from one
@@ -124,15 +125,15 @@ RECORDED_WITHOUT = {"dynamic_sampling": [2.78, 2.82, 2.76], "token_mean": [23.13
                     "gdpo": [11, 14, 12]}
 
 
-@pytest.mark.parametrize("item", list(experiments.FIXES))
+@pytest.mark.parametrize("item", list(report.FIXES))
 def test_each_fix_asks_at_least_twice_the_spread_of_the_runs_without_it_and_says_so(item):
     """The margin is not tuned until a fix passes: at least twice the std over seeds of the run
     without it (relative margins: twice the std over the mean), and the claim gives it."""
-    size, unit = experiments.FIXES[item][-1]
+    size, unit = report.FIXES[item][-1]
     seeds = RECORDED_WITHOUT[item]
     spread = statistics.stdev(seeds) / (statistics.mean(seeds) if unit == "relative" else 1)
     assert size >= 2 * spread, (item, size, spread)
-    assert experiments.margin_text(size, unit) in experiments.LESSONS["fix_" + item][2]
+    assert report.margin_text(size, unit) in report.LESSONS["fix_" + item][2]
 
 
 # ------------------------------------------------------------------- run_summary on a hand-made run
@@ -204,13 +205,13 @@ EXPECTED = [  # (run_summary key, value, how it is known)
 
 @pytest.mark.parametrize("key, value, how", EXPECTED, ids=[e[0] for e in EXPECTED])
 def test_run_summary_gives_each_number_a_verdict_reads(key, value, how):
-    assert experiments.run_summary(hand_made_run())[key] == pytest.approx(value), how
+    assert report.run_summary(hand_made_run())[key] == pytest.approx(value), how
 
 
 def test_every_number_a_fix_is_judged_by_has_a_hand_made_answer():
     keys = {e[0] for e in EXPECTED}
-    assert {fix[4] for fix in experiments.FIXES.values()} <= keys
-    assert {k for k, _, _ in experiments.COLUMNS} <= keys
+    assert {fix[4] for fix in report.FIXES.values()} <= keys
+    assert {k for k, _, _ in report.COLUMNS} <= keys
 
 
 # ------------------------------------------------------------------- a run that lacks a number
@@ -240,7 +241,7 @@ def test_a_run_that_lacks_a_number_is_named_with_it_not_counted_and_the_table_go
     write_metrics(tmp_path / "book_runaway_keepmask" / "seed0", stayed)
     write_metrics(tmp_path / "book_kl" / "seed0", without(run, "eval_acc"))
     write_metrics(tmp_path / "book_kl_k3" / "seed0", run)
-    text = experiments.table(str(tmp_path))
+    text = report.table(str(tmp_path))
     fix = [line for line in text.splitlines() if line.startswith("| dynamic_sampling")]
     assert len(fix) == 1 and fix[0].endswith("| 1 of 2; seed 1 not judged: ds4 has no mean_signal_groups |")
     assert "**runaway** (" in text and "held in 0 of 1 seeds (1 not judged: a number missing)" in text
@@ -251,8 +252,8 @@ def test_a_run_that_lacks_a_number_is_named_with_it_not_counted_and_the_table_go
 
 
 def test_a_check_on_a_number_that_is_nan_is_not_judged_rather_than_not_held():
-    check = experiments.LESSONS["fix_kl_reweight"][1]
-    held, why = experiments.judge(check, [{"kl_bias": math.nan}, {"kl_bias": 0.01}], ["kl_reuse", "kl_reuse_reweight"])
+    check = report.LESSONS["fix_kl_reweight"][1]
+    held, why = report.judge(check, [{"kl_bias": math.nan}, {"kl_bias": 0.01}], ["kl_reuse", "kl_reuse_reweight"])
     assert not held and why == "kl_reuse has no kl_bias"
-    assert experiments.judge(check, [{}, {"kl_bias": None}], ["a", "b"]) == (False, "a and b have no kl_bias")
-    assert experiments.judge(check, [{"kl_bias": 0.19}, {"kl_bias": 0.01}], ["a", "b"]) == (True, None)
+    assert report.judge(check, [{}, {"kl_bias": None}], ["a", "b"]) == (False, "a and b have no kl_bias")
+    assert report.judge(check, [{"kl_bias": 0.19}, {"kl_bias": 0.01}], ["a", "b"]) == (True, None)

@@ -650,6 +650,46 @@ def test_rollout_lag_trains_on_the_batch_sampled_k_steps_ago_with_the_policy_tha
         assert_grad(u, pg_grad(lp, old, A, W, cfg))
 
 
+def test_lag_pi_old_learner_makes_pi_old_the_learner_at_the_step_and_the_tis_weights_the_stale_samplers(
+        warm_policy, table):
+    """--rollout-lag 1 --lag-pi-old learner (decoupled PPO, AReaL): steps 2 and 3 train on the batch of the step
+    before, but pi_old is the learner as the step found it, so the first update's ratio is 1 (its own forward),
+    while each token's TIS weight is min(pi_old / pi_sampler, C) against the stale sampler that drew it, and the
+    sampler's weights are never scored again (no behaviour_logp)."""
+    model, enc = warm_policy()
+    cfg, opt = GRPOConfig(**BASE, rollout_lag=1, lag_pi_old="learner", tis_cap=2.0), \
+        torch.optim.Adam(model.parameters(), lr=3e-3)
+    lagged, steps, sampled = collections.deque(), [], []
+    for seed in (1, 2, 3):
+        steps.append(run(model, enc, cfg, seed=seed, opt=opt, lagged=lagged))
+        sampled.append(lagged[-1][0])
+    assert all(b.behaviour_logp is None for b in sampled) and all(not s.passes for s in steps)
+    for before, s, trained in zip(steps, steps[1:], sampled):
+        u, m = s.updates[0], completion(trained)
+        assert s.batch is trained and u.batch is trained
+        lp, stale = logprobs(u.policy, trained), logprobs(before.before, trained)
+        torch.testing.assert_close(u.old[m].double(), lp[m], rtol=1e-4, atol=1e-5)  # pi_old: the learner now
+        torch.testing.assert_close(trained.sampler_logp[m].double(), stale[m], rtol=1e-4, atol=1e-5)
+        w = (lp - stale).exp().clamp(max=cfg.tis_cap)  # (B, T) pi_old / the stale sampler, capped
+        assert (w[m] - 1).abs().max() > 0.05 and (w[m] == cfg.tis_cap).any()  # stale enough to weigh and cap
+        A, W = advantages(trained.rewards["total"], 4), token_weights(m, cfg.loss_agg, cfg.max_new_tokens)
+        assert_grad(u, -A[:, None] * w * W)  # ratio 1: the clip is idle, each token's term weighted by w
+
+
+@pytest.mark.parametrize("C", [0.0, 1.0])
+def test_adv_clip_clamps_each_advantage_to_plus_minus_c(warm_policy, table, C):
+    """--adv-clip C: the update's advantages are the group's, clamped to [-C, C] (0: off). TABLE's group
+    [0, 0, 0, 1] gives its right answer (1 - 0.25) / 0.5 = 1.5, so a clamp at 1 acts here."""
+    model, enc = warm_policy()
+    cfg = GRPOConfig(**BASE, adv_clip=C)
+    step = run(model, enc, cfg)
+    A = advantages(step.batch.rewards["total"], 4)
+    want = A.clamp(-C, C) if C > 0 else A
+    assert (A.abs() > 1.4).any()  # something for the clamp to act on
+    torch.testing.assert_close(step.updates[0].adv.double(), want, rtol=1e-4, atol=1e-6)
+    assert_grad(step.updates[0], -want[step.updates[0].rows, None] * token_weights(completion(step.batch)))
+
+
 @pytest.mark.parametrize("truncated", [False, True])
 def test_mask_truncated_gives_cut_off_answers_no_weight(warm_policy, table, truncated):
     model, enc = warm_policy()
@@ -972,6 +1012,7 @@ FLAG_TESTS = {  # GRPOConfig field -> the tests in this file that run a step wit
     "gated": ["test_gated_pays_the_format_only_with_a_correct_answer"],
     "overlong_cache": ["test_overlong_cache_penalises_the_last_tokens_linearly"],
     "adv_norm": ["test_adv_norm_divides_by_the_group_std_the_batch_std_or_nothing"],
+    "adv_clip": ["test_adv_clip_clamps_each_advantage_to_plus_minus_c"],
     "reward_norm": ["test_reward_norm_gdpo_gives_the_advantages_of_a_known_reward_table"],
     "dynamic_sampling": ["test_dynamic_sampling_trains_only_on_groups_whose_rewards_differ"],
     "max_sampling_rounds": ["test_max_sampling_rounds_bounds_the_redraws"],
@@ -998,6 +1039,7 @@ FLAG_TESTS = {  # GRPOConfig field -> the tests in this file that run a step wit
     "off_policy_mask": ["test_off_policy_mask_drops_the_negative_sequences_far_from_the_sampler"],
     "kl_reweight": ["test_kl_estimator_level_and_reweight_through_the_step"],
     "rollout_lag": ["test_rollout_lag_trains_on_the_batch_sampled_k_steps_ago_with_the_policy_that_sampled_it_as_pi_old"],
+    "lag_pi_old": ["test_lag_pi_old_learner_makes_pi_old_the_learner_at_the_step_and_the_tis_weights_the_stale_samplers"],
     "exact_kl": ["test_exact_kl_logs_the_kl_over_the_whole_vocabulary_and_changes_nothing_else"],
     "lr": ["test_lr_is_the_size_of_adams_first_step"],
     "sampler_dtype": ["test_sampler_dtype_draws_from_bf16_weights_beside_the_fp32_learner",

@@ -1,0 +1,800 @@
+"""What the runs say: each run's numbers, each lesson and fix judged seed by seed, and the recorded
+results that EXPERIMENTS.md, README.md and docs/metrics.md are written from.
+
+    python experiments.py table             # the runs in runs/exp: mean ± std over seeds, the lessons, the fixes
+    python experiments.py table --write     # record those runs in results.jsonl, re-write the pages' tables
+    python experiments.py check             # the runs in runs/exp against results.jsonl, number by number
+
+A lesson is a pair of experiments, a broken run and its fix, and a check of one seed's two
+summaries (LESSONS); a fix of the chapter's closing list is judged by the number it was made to
+move, by a margin of at least twice that number's spread over seeds without it (FIXES).
+`run_summary` makes every number they read from a run's metrics.jsonl. results.jsonl keeps one
+line per recorded run (its experiment, seed, flags, commit, machine and summary), and every table
+on the pages is a generated part, written from it (`write_pages`); the suite writes them again
+and fails on any difference (tests/test_report.py). This file imports nothing of training.
+"""
+import json
+import math
+import os
+import re
+
+import plot
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(ROOT, "results.jsonl")
+PAGES = ["README.md", "EXPERIMENTS.md", "docs/metrics.md"]  # the pages with generated parts
+
+
+# ---------------------------------------------------------------- 1. the lessons
+
+def broken_vs_fixed(broken, fixed, points=0.15):
+    """The lessons' one test: the broken run's greedy accuracy falls at least `points` from
+    its own peak and ends at least `points` below the fixed run's. (15 points: one prompt a
+    step is noisy, and runs that do not collapse still drift; EXPERIMENTS.md says how far.)"""
+    return broken["peak"] - broken["final"] >= points and fixed["final"] - broken["final"] >= points
+
+
+def sampled_falls(run, points=0.15):
+    """The held-out accuracy of answers drawn as the rollouts draw them falls `points` from its
+    peak: what the book's 7_3 log shows of its runaway (its training reward, sampled at T 0.8 and
+    top-p 0.9, 0.6-0.9 -> 0.04-0.25), where greedy decoding falls less (46.2% -> 33.0%)."""
+    return run["sampled_peak"] is not None and run["sampled_peak"] - run["sampled_final"] >= points
+
+
+def runs_away(broken, fixed, points=0.15):
+    """The runaway by the signs of the book's 7_3 log: the learner's entropy (a 20-step mean)
+    reaches half its maximum, ln V, and the sampled held-out accuracy falls `points` from its
+    peak and ends `points` below the fix's. Greedy accuracy and the answers at the cap are
+    reported beside it, as signs of their own (lesson_table)."""
+    return (broken["entropy_peak"] >= 0.5 * broken["ln_vocab"] and sampled_falls(broken, points)
+            and fixed["sampled_final"] is not None and fixed["sampled_final"] - broken["sampled_final"] >= points)
+
+
+def reward_hides_the_collapse(ungated, gated, points=0.15):
+    """The format lesson as the book's two 7_6 runs show it: both runs collapse (sampled accuracy
+    falls `points` from its peak), but ungated the format reward (20-step mean) ends above 0.9 and
+    the total reward's lowest 50-step mean after its peak stays at or above half that peak (the
+    reward a learner watches hides the collapse), while gated it drops below half (it shows it)."""
+    return (sampled_falls(ungated, points) and sampled_falls(gated, points) and ungated["reward_format_end"] > 0.9
+            and ungated["reward_low_after_peak"] >= 0.5 * ungated["reward_peak50"]
+            and gated["reward_low_after_peak"] < 0.5 * gated["reward_peak50"])
+
+
+LESSONS = {  # lesson -> (experiments, check(their summaries for one seed) -> bool, the claim checked)
+    "instability": (["book_noclip", "book_ppo_clip"], broken_vs_fixed,
+                    "with 4 inner epochs and no clipping accuracy falls >= 15 points from its peak and ends >= 15 "
+                    "below PPO's clip at 0.2"),
+    "naive_kl": (["book_kl", "book_kl_k3"], broken_vs_fixed,
+                 "with the book's k1 KL on summed log-probs accuracy falls >= 15 points from its peak and ends "
+                 ">= 15 below k3 per token"),
+    "naive_kl_reuse": (["kl_naive", "kl_k3"], broken_vs_fixed,
+                       "the same in our default regime, where the sampler is the learner but each rollout serves "
+                       "two updates"),
+    "runaway": (["book_runaway", "book_runaway_keepmask"], runs_away,
+                "on-policy without KL (the book's 7_3), the learner's entropy reaches half of ln V, and the sampled "
+                "held-out accuracy falls >= 15 points from its peak and ends >= 15 below the learner on the "
+                "sampler's support"),
+    "format_exploit": (["book_runaway_format", "book_runaway_format_gated"], reward_hides_the_collapse,
+                       "with the book's 7_6 format bonus both runs run away (sampled accuracy falls >= 15 points from "
+                       "its peak); ungated the format reward ends above 0.9 and the total reward's lowest 50-step mean "
+                       "after its peak stays >= half of it (it hides the collapse); gated it drops below half"),
+    "instability_runaway": (["book_runaway_noclip", "book_runaway_ppo_clip"], broken_vs_fixed,
+                            "the instability lesson on the runaway's task"),
+    "format_exploit_chains": (["book_format", "book_format_gated"], reward_hides_the_collapse,
+                              "the format lesson on chains alone, which do not run away"),
+}
+# the four lessons the pages number, in the chapter's order of their failures
+NUMBERED = {"instability": 1, "naive_kl": 2, "runaway": 3, "format_exploit": 4}
+LABELS = {  # experiment -> how the pages' verdict lines name it
+    "book_noclip": "no clip", "book_ppo_clip": "PPO's clip", "book_kl": "k1 on summed log-probs",
+    "book_kl_k3": "k3 per token", "kl_naive": "k1 on summed log-probs", "kl_k3": "k3 per token",
+    "book_runaway": "the book's 7_3", "book_runaway_keepmask": "the learner on the sampler's support",
+    "book_runaway_format": "ungated", "book_runaway_format_gated": "gated", "book_runaway_noclip": "no clip",
+    "book_runaway_ppo_clip": "PPO's clip", "book_format": "ungated", "book_format_gated": "gated",
+}
+
+
+# ---------------------------------------------------------------- 2. the fixes
+
+def better(key, higher, margin, relative=False):
+    """A fix's check: its own metric moved the way the fix is made to move it, by at least
+    `margin`: in the metric's own unit, or, relative, as a share of the run without it. Any
+    difference at all is not enough: two seeds of the same run differ too."""
+    def check(without, with_):
+        gain = with_[key] - without[key] if higher else without[key] - with_[key]
+        return gain > 0 and gain >= margin * (abs(without[key]) if relative else 1)  # > 0: 2% of 0 asks nothing
+    return check
+
+
+# the closing list (the book's 7_7_improvements: olmo3_style.py items 1-7, deepseek_v32_style.py 8-12) and
+# the other named fixes: item -> (its numbers in the book's list, what it fixes, the regime,
+# (without, with), its metric in run_summary, "higher" or "lower", the margin (size, "points", "relative" or
+# "nats")). Each margin is at least twice the std over seeds 0-2 of the run without the fix, as results.jsonl
+# records it (tests/test_verdicts.py): in points for a share (an accuracy, the cut share, the KL's relative
+# bias), relative for a count or a length, whose scale the regime sets (the prompts a step, the cap), in nats
+# for an entropy
+FIXES = {
+    "dynamic_sampling": ("1, 2", "groups with no signal", "the default at 4 prompts a step", ("ds4", "ds4_dynamic"),
+                         "mean_signal_groups", "higher", (0.03, "relative")),
+    "token_mean": ("3", "long wrong answers weighing less per token", "the runaway's task, default settings",
+                   ("search", "search_token"), "late_resp_len_wrong", "lower", (0.30, "relative")),
+    "drgrpo": ("7", "the same, and the std's weight on easy groups", "the runaway's task, default settings",
+               ("search", "search_drgrpo"), "late_resp_len_wrong", "lower", (0.30, "relative")),
+    "overlong": ("DAPO", "answers cut at the cap", "the runaway", ("book_runaway", "book_runaway_overlong"),
+                 "mean_truncated_frac", "lower", (0.10, "points")),
+    "keep_mask": ("11", "a learner with mass where top-p never samples", "the runaway",
+                  ("book_runaway", "book_runaway_keepmask_T1"), "sampled_final", "higher", (0.23, "points")),
+    "tis": ("6, as a sampler weight", "a sampler that is not the policy the ratio starts from", "rollouts 4 steps "
+            "old, pi_old the learner (decoupled), lr 3e-4", ("lag_decoupled", "lag_decoupled_tis"), "clipped_steps",
+            "lower", (0.13, "points")),
+    "kl_reweight": ("9", "a KL estimated on pi_old's samples", "KL 0.5, 16 updates a rollout, token mean, 50 steps",
+                    ("kl_reuse", "kl_reuse_reweight"), "kl_bias", "lower", (0.13, "points")),
+    # judged by what it exists for, answers kept diverse, not by the entropy it raises by construction
+    "entropy_bonus": ("-", "lost diversity: one right answer kept of several", "inequalities with 2-6 right digits, "
+                      "16 updates a rollout", ("many", "many_entropy"), "distinct_final", "higher", (0.14, "relative")),
+    "clip_higher": ("5", "a rare token that pays, clipped", "a warm start that seldom reasons, 16 updates a rollout",
+                    ("rare", "rare_clip_higher"), "think_half_step", "lower", (0.35, "relative")),
+    "cispo": ("-", "a rare token that pays, its gradient dropped", "a warm start that seldom reasons, 16 updates "
+              "a rollout", ("rare", "rare_cispo"), "think_half_step", "lower", (0.35, "relative")),
+    "gdpo": ("gdpo.py", "a rare reward term drowned by a common one", "a warm start that seldom reasons, 16 updates a "
+             "rollout, a format bonus of 0.1", ("rare_format", "rare_format_gdpo"), "think_half_step", "lower",
+             (0.25, "relative")),
+    "dual_clip": ("-", "stale wrong answers made likelier: an unbounded loss", "rollouts 4 steps old, pi_old their "
+                  "sampler, lr 3e-4", ("lag", "lag_dual_clip"), "clipped_steps", "lower", (0.06, "points")),
+    "off_policy_mask": ("10", "stale wrong answers far from the policy", "rollouts 4 steps old, pi_old the learner "
+                        "(decoupled), lr 3e-4", ("lag_decoupled", "lag_decoupled_masked"), "clipped_steps", "lower",
+                        (0.13, "points")),
+    "gspo": ("-", "a noisy token ratio", "the runaway's task, dropout 0.1 in the learner only, 60 steps",
+             ("search_dropout", "search_dropout_gspo"), "sampler_entropy", "lower", (0.1, "nats")),
+}
+# each fix's gates: numbers of the run *without* it that show its mechanism at work (run_summary keys, and
+# what each is), so that a fix that moves nothing can be told from a fix with nothing to act on
+GATES = {
+    "dynamic_sampling": [("mean_zero_std_frac", "groups with no signal")],
+    "token_mean": [("mean_truncated_frac", "answers cut at the cap")],
+    "drgrpo": [("mean_truncated_frac", "answers cut at the cap")],
+    "overlong": [("mean_truncated_frac", "answers cut at the cap")],
+    "keep_mask": [("mean_tis_weight_mean", "the learner's mass on what the sampler can draw")],
+    "tis": [("mean_sampler_kl_k3", "KL(sampler || pi_old) a token"),
+            ("mean_tis_weight_above_2", "tokens whose weight pi_old / pi_sampler passes the cap, 2")],
+    "kl_reweight": [("mean_ppo_kl", "KL(pi_old || pi) an update")],
+    "entropy_bonus": [("distinct_fall", "the different right answers a problem: their fall from step 0")],
+    "gspo": [("early_logratio_std_token", "the token log-ratio's spread, first 10 steps")],
+    "clip_higher": [("mean_clip_high_lowp_frac", "of the high-clipped tokens, the share below p 0.2")],
+    "cispo": [("mean_clip_high_lowp_frac", "of the high-clipped tokens, the share below p 0.2")],
+    "gdpo": [("mean_adv_correct_corr", "the correctness reward's correlation with the advantage")],
+    "dual_clip": [("mean_neg_ratio_above_3", "of the wrong answers' tokens, the share with ratio > 3")],
+    "off_policy_mask": [("mean_sampler_kl_k3", "KL(sampler || pi_old) a token"),
+                        ("mean_neg_far_frac", "answers the mask at delta 0.1 would drop")],
+}
+METRICS = {  # run_summary's keys, as the fixes table names them
+    "mean_signal_groups": "groups with signal a step", "late_resp_len_wrong": "wrong answers' length, 2nd half",
+    "mean_truncated_frac": "cut share", "sampled_final": "sampled held-out accuracy, end",
+    "drop": "greedy accuracy's fall from its peak",
+    "kl_bias": "KL estimate's bias, \\|mean (estimate - exact) / exact\\| over the run",
+    "distinct_final": "different right answers a held-out problem in 16 samples, end",
+    "sampler_entropy": "the sampled policy's entropy, last 10 steps",
+    "think_half_step": "steps until half the sampled answers reason",
+    "clipped_steps": "steps whose largest gradient norm before clipping passed 1 (--max-grad-norm)",
+}
+PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "clipped_steps", "mean_zero_std_frac",
+                   "mean_tis_weight_mean", "mean_clip_high_lowp_frac", "mean_tis_weight_above_2", "mean_neg_far_frac",
+                   "eval_low"}
+
+
+def margin_text(size, unit):
+    if unit == "nats":
+        return f"{size:g} nats"
+    return f"{size * 100:g} points" if unit == "points" else f"{size:.0%} of the run without it"
+
+
+LESSONS.update({"fix_" + item: (list(pair), better(key, side == "higher", size, unit == "relative"),
+                                f"{fixes}: {METRICS[key]} {side} with it, by at least {margin_text(size, unit)}")
+                for item, (_, fixes, _, pair, key, side, (size, unit)) in FIXES.items()})
+
+
+def judge(check, runs, names):
+    """(held, why it could not be judged or None) of one seed. The check sees only the numbers
+    each run has: one that a run lacks (an old run, an interrupted one; None or nan in its
+    summary) stops the check, which then names it and the run instead of failing quietly on a
+    nan, and the seed is not counted as held."""
+    known = [{k: v for k, v in run.items() if v is not None and v == v} for run in runs]  # v == v: not nan
+    try:
+        return bool(check(*known)), None
+    except KeyError as e:
+        lacking = [name for name, k in zip(names, known) if e.args[0] not in k]
+        return False, f"{' and '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no {e.args[0]}"
+
+
+# ---------------------------------------------------------------- 3. a run's numbers
+
+def finite(xs):
+    return [x for x in xs if x is not None and math.isfinite(x)]
+
+
+def mean(xs):
+    xs = finite(xs)
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def run_summary(rows):
+    """Numbers of one run: eval accuracy at start / end / peak (and its step), averages of
+    the last 10 steps, and the steps at which its metrics first moved."""
+    steps = [r for r in rows if r.get("step", 0) > 0]
+    evals = [(r["step"], r["eval_acc"]) for r in rows if "eval_acc" in r]
+    head, tail = steps[:10], steps[-10:]
+    out = {}
+    if evals:
+        peak_step, peak = max(evals, key=lambda e: e[1])
+        out = {"start": evals[0][1], "final": evals[-1][1], "peak": peak, "peak_step": peak_step}
+    out["evals"] = [list(e) for e in evals]
+    # the lowest greedy accuracy once training has begun: a dip a run recovers from still counts
+    out["eval_low"] = min((a for s, a in evals if s > 0), default=float("nan"))
+    for key in ("reward", "entropy", "resp_len", "clip_frac", "kl", "reward_format", "sampler_gap", "sampler_entropy"):
+        out[key] = mean(r.get(key) for r in tail)
+    out["reward_format_start"] = mean(r.get("reward_format") for r in head)
+    sampled = [r["eval_sampled_acc"] for r in rows if "eval_sampled_acc" in r]
+    out["sampled_peak"], out["sampled_final"] = (max(sampled), sampled[-1]) if sampled else (None, None)
+    out["ln_vocab"] = next((r["ln_vocab"] for r in rows if "ln_vocab" in r), float("nan"))
+    out["entropy_peak"] = highest_trailing_mean(rows, "entropy")
+    # the answers at the cap: the cut share and the wrong answers' length, first 20 steps -> highest 20-step mean
+    for key, name in (("truncated_frac", "truncated"), ("resp_len_wrong", "len_wrong")):
+        means = trailing_means(rows, key)[1]
+        out[name + "_start"] = means[19] if len(means) >= 20 else float("nan")
+        out[name + "_peak"] = highest_trailing_mean(rows, key)
+    reward50 = trailing_means(rows, "reward", 50)[1][49:]  # the total reward's whole 50-step means
+    peak_at = max(range(len(reward50)), key=reward50.__getitem__, default=None)
+    out["reward_peak50"] = reward50[peak_at] if reward50 else float("nan")
+    out["reward_low_after_peak"] = min(reward50[peak_at:]) if reward50 else float("nan")
+    out["reward_format_end"] = mean(r.get("reward_format") for r in steps[-20:])
+    out["bonus"] = mean(r["reward"] - r["reward_correct"] for r in steps if plot.is_number(r.get("reward"))
+                        and plot.is_number(r.get("reward_correct")))  # what the reward pays beyond correctness
+    # each fix's own metric (FIXES): means over the run, or over its second half where a trend builds up
+    for key in ("signal_groups", "adv_correct_corr", "truncated_frac", "pg_k1", "sampler_kl_k3", "grad_norm_max",
+                "zero_std_frac", "tis_weight_mean", "ppo_kl", "clip_high_lowp_frac", "neg_ratio_above_3",
+                "neg_sampler_kl", "tis_weight_above_2", "neg_far_frac"):  # the fixes' metrics and gates
+        out["mean_" + key] = mean(r.get(key) for r in steps)
+    out["early_logratio_std_token"] = mean(r.get("logratio_std_token") for r in head)
+    out["late_resp_len_wrong"] = mean(r.get("resp_len_wrong") for r in steps[len(steps) // 2:])
+    errors = [(r["kl"] - r["kl_exact"]) / r["kl_exact"] for r in steps
+              if plot.is_number(r.get("kl")) and plot.is_number(r.get("kl_exact")) and r["kl_exact"] > 0]
+    # the KL term's estimate against its exact value (--exact-kl): its bias over the run (what
+    # re-weighting removes), and its error step by step (the bias and the noise together)
+    out["kl_bias"] = abs(mean(errors))
+    out["kl_error"] = mean(abs(e) for e in errors)
+    # diversity (--eval-pass-n): the different right answers a held-out problem's N samples give, at the first
+    # and the last evaluation, and their fall between: a policy settling on one right answer a problem
+    distinct = [r["eval_distinct"] for r in rows if plot.is_number(r.get("eval_distinct"))]
+    out["distinct_start"], out["distinct_final"] = (distinct[0], distinct[-1]) if distinct else (float("nan"),) * 2
+    out["distinct_fall"] = out["distinct_start"] - out["distinct_final"]
+    # the aha moment: the first step whose 3-step mean of the reasoned share (format check) reaches one half
+    think = trailing_means(rows, "reward_format", 3)
+    out["think_half_step"] = next((s for s, m in zip(*think) if m >= 0.5), float("nan"))
+    out["drop"] = out["peak"] - out["final"] if evals else float("nan")
+    # the steps whose largest gradient norm, before clipping, passed the default --max-grad-norm 1: the spikes
+    # the clip hides from the update
+    spikes = [r["grad_norm_max"] > 1.0 for r in steps if plot.is_number(r.get("grad_norm_max"))]
+    out["clipped_steps"] = sum(spikes) / len(spikes) if spikes else float("nan")
+    out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
+    out["moves"] = first_moves(rows)
+    return out
+
+
+def trailing_means(rows, key, window=20):
+    """(steps, means): the trailing `window`-step mean of a metric at each step it was logged
+    (over fewer steps before the window-th), by plot.moving_average."""
+    steps, values = plot.series([r for r in rows if r.get("step", 0) > 0], key)
+    return steps.astype(int).tolist(), plot.moving_average(values, window=window).tolist()
+
+
+def highest_trailing_mean(rows, key, window=20):
+    """The highest trailing `window`-step mean of a metric over whole windows (nan: fewer steps)."""
+    return max(trailing_means(rows, key, window)[1][window - 1:], default=float("nan"))
+
+
+MOVERS = [("kl", 2.0), ("entropy", 2.0), ("sampler_gap", 2.0), ("resp_len", 1.5), ("ratio_max", 2.0)]  # (metric, factor)
+
+
+def first_moves(rows, window=20):
+    """{metric: the first step after the accuracy peak at which it moved, or None}, read
+    in order they say what moved first once the run had learned: accuracy when an eval is
+    10 points below the peak; each of MOVERS when its trailing `window`-step mean first
+    reaches `factor` times its trailing mean at the peak (absolute values: k1 can be
+    negative)."""
+    evals = [(r["step"], r["eval_acc"]) for r in rows if "eval_acc" in r]
+    if not evals:
+        return {}
+    peak_step, peak = max(evals, key=lambda e: e[1])
+    out = {"eval_acc": next((s for s, a in evals if s > peak_step and a <= peak - 0.10), None)}
+    for key, factor in MOVERS:
+        absolute = [{"step": r["step"], key: abs(r[key])} for r in rows if plot.is_number(r.get(key))]
+        trailing = list(zip(*trailing_means(absolute, key, window)))  # [(step, mean)]
+        at_peak = [m for s, m in trailing if s <= peak_step]
+        ref = at_peak[-1] if at_peak else None
+        out[key] = next((s for s, m in trailing if s > peak_step and ref and m >= factor * ref), None)
+    return out
+
+
+def metric_profile(rows):
+    """{metric: [mean of the first 10 steps, mean of the last 10, lowest, highest]} of every number a
+    step logs (docs/metrics.md's healthy values, from the default run)."""
+    steps = [r for r in rows if r.get("step", 0) > 0]
+    keys = sorted({k for r in steps for k, v in r.items() if plot.is_number(v)} - {"step"})
+    out = {}
+    for key in keys:
+        values = [r.get(key) for r in steps]
+        if finite(values):
+            out[key] = [mean(values[:10]), mean(values[-10:]), min(finite(values)), max(finite(values))]
+    return out
+
+
+def summaries_from_runs(runs_dir, names=None):
+    """{experiment: {"seed<k>": run_summary}} of the seed folders (plot.seed_folders) under runs_dir, for the
+    experiments named (default: every folder there, sorted). A cut or corrupt metrics line is skipped, and
+    plot.read_metrics says so on stderr."""
+    if names is None:
+        names = sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []
+    out = {}
+    for name in names:
+        dirs = plot.seed_folders(os.path.join(runs_dir, name))
+        if dirs:
+            out[name] = {os.path.basename(d): run_summary(plot.read_metrics(os.path.join(d, "metrics.jsonl")))
+                         for d in dirs}
+    return out
+
+
+# ---------------------------------------------------------------- 4. the tables
+
+def mean_std(xs, fmt):
+    xs = finite(xs)
+    if not xs:
+        return "-"
+    m = sum(xs) / len(xs)
+    if len(xs) == 1:
+        return fmt.format(m)
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+    return f"{fmt.format(m)} ± {fmt.format(sd)}"
+
+
+COLUMNS = [("start", "eval start", "{:.1%}"), ("final", "final", "{:.1%}"), ("peak", "peak", "{:.1%}"),
+           ("reward", "reward (last 10)", "{:.3f}"), ("entropy", "entropy", "{:.3f}"),
+           ("resp_len", "resp. length", "{:.1f}"), ("clip_frac", "clip frac", "{:.4f}"),
+           ("kl", "KL", "{:.4f}"), ("sampler_gap", "sampler gap", "{:.4f}"), ("minutes", "minutes", "{:.1f}")]
+
+
+def table(runs_dir, names=None):
+    """Markdown of the runs in runs_dir: one row per experiment, mean ± std over its seeds; then
+    the fixes, and each lesson seed by seed."""
+    summaries = summaries_from_runs(runs_dir, names)
+    return "\n".join([experiments_table(summaries), "", fixes_table(summaries)]
+                     + [lesson_table(lesson, summaries) for lesson in LESSONS if not lesson.startswith("fix_")])
+
+
+def experiments_table(summaries, names=None):
+    """One row per experiment (those named, or all), mean ± std over its seeds of COLUMNS."""
+    lines = ["| experiment | seeds | " + " | ".join(c[1] for c in COLUMNS) + " |", "|---|---|" + "---|" * len(COLUMNS)]
+    for name in names or summaries:
+        s = list(summaries.get(name, {}).values())
+        if s:
+            lines.append(f"| {name} | {len(s)} | " + " | ".join(mean_std([x.get(k) for x in s], f) for k, _, f in COLUMNS)
+                         + " |")
+    return "\n".join(lines)
+
+
+def seeds_of(summaries, names):
+    """The seed labels every one of the named experiments has, in seed order."""
+    return sorted(set.intersection(*(set(summaries.get(n, {})) for n in names)), key=lambda s: int(s[4:]))
+
+
+def fixes_table(summaries):
+    """The closing list's fixes, one row each: where it runs, its gates without it, its metric and its
+    margin, without -> with in each seed, and in how many seeds it moved the metric the way it is made
+    to, by the margin (a seed whose runs lack the metric is named, and not counted)."""
+    out = ["| item (the book's list) | where | its gates, without it | its metric (margin) | "
+           "without -> with, by seed | held |", "|---|---|---|---|---|---|"]
+    for item, (numbers, _, regime, (without, with_), key, side, margin) in FIXES.items():
+        seeds = seeds_of(summaries, [without, with_])
+        if not seeds:
+            continue
+        runs = [(summaries[without][s], summaries[with_][s]) for s in seeds]
+        verdicts = [judge(LESSONS["fix_" + item][1], list(pair), [without, with_]) for pair in runs]
+        cells = ", ".join(f"{fmt_metric(key, a.get(key))} -> {fmt_metric(key, b.get(key))}" for a, b in runs)
+        gates = "; ".join(f"{what}: " + ", ".join(fmt_metric(k, a.get(k)) for a, _ in runs) for k, what in GATES[item])
+        unjudged = "".join(f"; seed {s[4:]} not judged: {why}" for s, (_, why) in zip(seeds, verdicts) if why)
+        out.append(f"| {item} ({numbers}) | {regime} | {gates} | {METRICS[key]} ({side}, by >= {margin_text(*margin)}) "
+                   f"| {cells} | {sum(h for h, _ in verdicts)} of {len(seeds)}{unjudged} |")
+    return "\n".join(out) if len(out) > 2 else ""
+
+
+def fmt_metric(key, value):
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.0%}" if key in PERCENT_METRICS else f"{value:.3g}"
+
+
+def moved(run):
+    """The first movers of a run in the order they moved: 'kl 90, eval_acc 100, ...'."""
+    found = sorted((step, key) for key, step in run["moves"].items() if step is not None)
+    return ", ".join(f"{key} {step}" for step, key in found) or "nothing moved"
+
+
+def lesson_verdicts(lesson, summaries):
+    """(seeds, {seed: (held, why not judged or None)}) of a lesson over the seeds all its runs have."""
+    names, check, _ = LESSONS[lesson]
+    seeds = seeds_of(summaries, names)
+    return seeds, {s: judge(check, [summaries[n][s] for n in names], names) for s in seeds}
+
+
+def held_text(lesson, summaries):
+    """'held in 2 of 3 seeds' (with how many could not be judged), or '' without runs."""
+    seeds, verdicts = lesson_verdicts(lesson, summaries)
+    if not seeds:
+        return ""
+    unjudged = sum(1 for _, why in verdicts.values() if why)
+    return (f"held in {sum(h for h, _ in verdicts.values())} of {len(seeds)} seeds"
+            + (f" ({unjudged} not judged: a number missing)" if unjudged else ""))
+
+
+def lesson_table(lesson, summaries):
+    """A lesson seed by seed: its claim and in how many seeds it held, then a row a seed with what its
+    check reads (the columns of LESSON_COLUMNS) and what moved first in the broken run."""
+    names, check, claim = LESSONS[lesson]
+    seeds, verdicts = lesson_verdicts(lesson, summaries)
+    if not seeds:
+        return ""
+    columns = LESSON_COLUMNS.get(check, LESSON_COLUMNS[broken_vs_fixed])  # a check of one's own: the accuracies
+    out = [f"**{lesson}** ({claim}): {held_text(lesson, summaries)}", "",
+           "| seed | " + " | ".join(title.format(*names) for title, _ in columns) + f" | held | moved first in {names[0]} |",
+           "|---|" + "---|" * (len(columns) + 2)]
+    for s in seeds:
+        runs = [summaries[n][s] for n in names]
+        held, why = verdicts[s]
+        cells = [cell(*runs) for _, cell in columns]
+        verdict = "yes" if held else f"not judged: {why}" if why else "no"
+        out.append(f"| {s[4:]} | " + " | ".join(cells) + f" | {verdict} | {moved(runs[0]) if 'moves' in runs[0] else '-'} |")
+    return "\n".join(out)
+
+
+def pct(x, digits=0):
+    return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}%}"
+
+
+def greedy(r):
+    return f"{pct(r['peak'], 1)} ({r['peak_step']}) -> {pct(r['final'], 1)}" if "peak" in r else "-"
+
+
+def sampled(r):
+    return f"{pct(r['sampled_peak'])} -> {pct(r['sampled_final'])}" if r.get("sampled_final") is not None else "-"
+
+
+def kept(r):
+    """The total reward's lowest 50-step mean after its peak, as a share of that peak."""
+    return pct(r["reward_low_after_peak"] / r["reward_peak50"]) if r.get("reward_peak50") else "-"
+
+
+def of_ln_v(r):
+    return pct(r["entropy_peak"] / r["ln_vocab"]) if math.isfinite(r["entropy_peak"] + r["ln_vocab"]) else "-"
+
+
+LESSON_COLUMNS = {  # a lesson's check -> its table's columns: (title, with {0} {1} its runs; cell(broken, fixed))
+    broken_vs_fixed: [("{0}: greedy peak (step) -> final", lambda b, f: greedy(b)),
+                      ("{1}: greedy peak (step) -> final", lambda b, f: greedy(f))],
+    runs_away: [("{0}: entropy, of ln V", lambda b, f: of_ln_v(b)),
+                ("{0}: sampled peak -> final", lambda b, f: sampled(b)),
+                ("{1}: sampled peak -> final", lambda b, f: sampled(f)),
+                ("{0}: greedy peak (step) -> final", lambda b, f: greedy(b)),
+                ("{0}: cut share, first 20 steps -> highest", lambda b, f: f"{pct(b['truncated_start'])} -> "
+                                                                         f"{pct(b['truncated_peak'])}")],
+    reward_hides_the_collapse: [("{0}: sampled peak -> final", lambda u, g: sampled(u)),
+                                ("{1}: sampled peak -> final", lambda u, g: sampled(g)),
+                                ("{0}: reward kept, of its peak", lambda u, g: kept(u)),
+                                ("{1}: reward kept, of its peak", lambda u, g: kept(g)),
+                                ("{0}: format paid, last 20 steps", lambda u, g: pct(u["reward_format_end"]))],
+}
+
+
+# ---------------------------------------------------------------- 5. results.jsonl: the recorded runs
+
+class ResultsError(Exception):
+    """results.jsonl missing, cut or not as this code writes it: one line that says where."""
+
+
+def round_numbers(x, digits=6):
+    """x with every float rounded to `digits` significant digits (nan and inf kept), in lists and dicts."""
+    if isinstance(x, float):
+        return float(f"{x:.{digits}g}") if math.isfinite(x) else x
+    if isinstance(x, dict):
+        return {k: round_numbers(v, digits) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [round_numbers(v, digits) for v in x]
+    return x
+
+
+def run_record(name, seed, folder, flags, profiled=False):
+    """The line results.jsonl keeps of a finished run: which experiment and seed, the train.py flags it
+    ran with, the commit and machine its config.json names, and its summary (6 significant digits);
+    with profiled, every logged metric's first / last 10 steps, lowest and highest too."""
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    rows = plot.read_metrics(os.path.join(folder, "metrics.jsonl"))
+    record = {"experiment": name, "seed": seed, "threads": config.get("threads", 1), "flags": " ".join(flags),
+              "commit": config.get("commit"), "machine": config.get("machine"),
+              "summary": round_numbers(run_summary(rows))}
+    if profiled:
+        record["profile"] = round_numbers(metric_profile(rows))
+    return record
+
+
+def record_key(r):
+    return r["experiment"], r["seed"], r["threads"]
+
+
+def load_results(path=RESULTS):
+    """The records of results.jsonl, in order; ResultsError, in one line, for a missing file, a line that
+    is not whole JSON (cut, or edited by hand) or a record that lacks a field."""
+    if not os.path.isfile(path):
+        raise ResultsError(f"{path} is missing: `python experiments.py table --write` records the runs of runs/exp "
+                           "there (git checkout results.jsonl restores the shipped one)")
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            try:
+                record = json.loads(line)
+                missing = [k for k in ("experiment", "seed", "threads", "flags", "summary") if k not in record]
+            except ValueError as e:
+                raise ResultsError(f"{path}:{lineno}: not a whole JSON line (cut, or edited by hand): {e}") from None
+            if missing:
+                raise ResultsError(f"{path}:{lineno}: a record without {', '.join(missing)}")
+            records.append(record)
+    return records
+
+
+def write_results(records, path=RESULTS):
+    """Write the records, one JSON line each (atomically: a temp file renamed)."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    os.replace(path + ".tmp", path)
+
+
+def merge_results(old, new, order):
+    """old's records with new's in place of those of the same (experiment, seed, threads), sorted by
+    threads, then by `order` (experiment names), then by seed."""
+    merged = {record_key(r): r for r in old}
+    merged.update({record_key(r): r for r in new})
+    rank = {name: i for i, name in enumerate(order)}
+    return sorted(merged.values(), key=lambda r: (r["threads"], rank.get(r["experiment"], len(rank)),
+                                                  r["experiment"], r["seed"]))
+
+
+def summaries_from_results(records, threads=1):
+    """{experiment: {"seed<k>": summary}} of the records at one thread setting, in their order."""
+    out = {}
+    for r in records:
+        if r["threads"] == threads:
+            out.setdefault(r["experiment"], {})[f"seed{r['seed']}"] = r["summary"]
+    return out
+
+
+def differences(recorded, found, path=""):
+    """[(key path, recorded value, found value)] where two summaries differ (nan equals nan)."""
+    if isinstance(recorded, dict) and isinstance(found, dict):
+        return [d for k in sorted(recorded.keys() | found.keys(), key=str)
+                for d in differences(recorded.get(k), found.get(k), f"{path}.{k}" if path else str(k))]
+    if isinstance(recorded, list) and isinstance(found, list) and len(recorded) == len(found):
+        return [d for i, (a, b) in enumerate(zip(recorded, found)) for d in differences(a, b, f"{path}[{i}]")]
+    same = recorded == found or (isinstance(recorded, float) and isinstance(found, float)
+                                 and math.isnan(recorded) and math.isnan(found))
+    return [] if same else [(path, recorded, found)]
+
+
+def check_runs(records, runs_dir):
+    """Each recorded run that has a folder in runs_dir (EXPERIMENT/seed<k>, at its thread setting) against its
+    summary there -> (lines, number of runs checked): one line a run, 'as recorded' or its first differing number."""
+    lines, checked = [], 0
+    for r in records:
+        folder = os.path.join(runs_dir, r["experiment"], f"seed{r['seed']}")
+        if not os.path.isfile(os.path.join(folder, "metrics.jsonl")):
+            continue
+        with open(os.path.join(folder, "config.json")) as f:
+            if json.load(f).get("threads", 1) != r["threads"]:
+                continue
+        checked += 1
+        found = round_numbers(run_summary(plot.read_metrics(os.path.join(folder, "metrics.jsonl"))))
+        diff = [d for d in differences(r["summary"], found) if d[0] != "minutes"]  # time is not a result
+        name = f"{r['experiment']} seed {r['seed']}"
+        lines.append(f"{name}: as recorded ({count_numbers(found)} numbers)" if not diff else
+                     f"{name}: {diff[0][0]} is {diff[0][2]} in {folder}, {diff[0][1]} in results.jsonl"
+                     + (f" (and {len(diff) - 1} more)" if len(diff) > 1 else ""))
+    return lines, checked
+
+
+def count_numbers(x):
+    if isinstance(x, dict):
+        return sum(count_numbers(v) for k, v in x.items() if k != "minutes")
+    if isinstance(x, list):
+        return sum(count_numbers(v) for v in x)
+    return 1
+
+
+# ---------------------------------------------------------------- 6. the pages' generated parts
+# A generated part sits between `<!-- generated from results.jsonl: KIND ARGS -->` and
+# `<!-- end of generated part -->`; PARTS[KIND](records, ARGS, the part's present text) writes it again.
+
+PART = re.compile(r"(<!-- generated from results\.jsonl: ([^>]*?) -->\n)(.*?)(<!-- end of generated part -->)", re.S)
+
+
+def span(values, fmt):
+    """'a-b' over seeds (min-max as fmt formats them), or 'a' where they agree; '-' without values."""
+    values = finite(values)
+    if not values:
+        return "-"
+    lo, hi = fmt(min(values)), fmt(max(values))
+    return lo if lo == hi else f"{lo.rstrip('%')}-{hi}" if lo.endswith("%") and hi.endswith("%") else f"{lo}-{hi}"
+
+
+def percent(x):
+    return f"{x:.0%}"
+
+
+def headline(lesson, summaries):
+    """One line of what a lesson's runs did over their seeds, rounded: the numbers its check reads."""
+    names, check, _ = LESSONS[lesson]
+    seeds = seeds_of(summaries, names)
+    b, f = ([summaries[n][s] for s in seeds] for n in names)
+    lb, lf = (LABELS.get(n, n) for n in names)
+    if check is broken_vs_fixed:
+        return (f"{lb}: greedy accuracy {span([r.get('peak') for r in b], percent)} -> "
+                f"{span([r.get('final') for r in b], percent)}; {lf} ends at {span([r.get('final') for r in f], percent)}")
+    if check is runs_away:
+        return (f"{lb}: entropy to {span([r['entropy_peak'] / r['ln_vocab'] for r in b], percent)} of ln V, sampled "
+                f"accuracy {span([r.get('sampled_peak') for r in b], percent)} -> "
+                f"{span([r.get('sampled_final') for r in b], percent)}; {lf} ends at "
+                f"{span([r.get('sampled_final') for r in f], percent)}")
+    keeps = lambda runs: span([r["reward_low_after_peak"] / r["reward_peak50"] for r in runs], percent)  # noqa: E731
+    return (f"{lb}: sampled accuracy {span([r.get('sampled_peak') for r in b], percent)} -> "
+            f"{span([r.get('sampled_final') for r in b], percent)} while its reward keeps {keeps(b)} of its peak; "
+            f"{lf}: {span([r.get('sampled_peak') for r in f], percent)} -> "
+            f"{span([r.get('sampled_final') for r in f], percent)}, its reward down to {keeps(f)}")
+
+
+def verdict_part(records, args, _):
+    """`verdict LESSON`: one line, the lesson's count of seeds held and its headline."""
+    summaries = summaries_from_results(records)
+    return f"**{held_text(args[0], summaries).capitalize()}.** {headline(args[0], summaries)}.\n"
+
+
+def lesson_part(records, args, _):
+    """`lesson LESSON`: the lesson's table, seed by seed."""
+    return lesson_table(args[0], summaries_from_results(records)) + "\n"
+
+
+def fixes_part(records, args, _):
+    """`fixes`: the closing list's table, seed by seed; `fixes short`: one row an item, its metric's range over
+    seeds without -> with, for the README."""
+    summaries = summaries_from_results(records)
+    if not args:
+        return fixes_table(summaries) + "\n"
+    out = ["| item | what it fixes | its number | without -> with, 3 seeds | held |", "|---|---|---|---|---|"]
+    for item, (_, fixes, _, (without, with_), key, _, _) in FIXES.items():
+        seeds = seeds_of(summaries, [without, with_])
+        a, b = ([summaries[n][s].get(key) for s in seeds] for n in (without, with_))
+        fmt = (lambda x: fmt_metric(key, x))
+        seeds_held = lesson_verdicts("fix_" + item, summaries)[1].values()
+        out.append(f"| {item} | {fixes} | {SHORT_METRICS.get(key, METRICS[key])} | {span(a, fmt)} -> {span(b, fmt)} | "
+                   f"{sum(h for h, _ in seeds_held)} of {len(seeds)} |")
+    return "\n".join(out) + "\n"
+
+
+SHORT_METRICS = {"clipped_steps": "steps whose gradient passed the clip", "kl_bias": "the KL estimate's bias",
+                 "distinct_final": "different right answers a problem", "sampler_entropy": "sampled entropy, nats"}
+
+
+def experiments_part(records, args, _):
+    """`experiments [NAME ...]`: mean ± std over seeds of the experiments named (all without names)."""
+    return experiments_table(summaries_from_results(records), args or None) + "\n"
+
+
+def threads_part(records, args, _):
+    """`threads`: each numbered lesson's count of seeds held at one thread and at two."""
+    one, two = summaries_from_results(records, 1), summaries_from_results(records, 2)
+    out = ["| lesson | --threads 1 | --threads 2 |", "|---|---|---|"]
+    for lesson, number in sorted(NUMBERED.items(), key=lambda x: x[1]):
+        cells = [held_text(lesson, s).removeprefix("held in ").removesuffix(" seeds") or "-" for s in (one, two)]
+        out.append(f"| {number}. {lesson} | {cells[0]} | {cells[1]} |")
+    return "\n".join(out) + "\n"
+
+
+def default_run_part(records, args, _):
+    """`default_run`: python train.py's run (the experiment `default`), its greedy accuracy at the start, at
+    step 10, its peak and at the end, each seed a row."""
+    out = ["| seed | step 0 | step 10 | peak (step) | step 100 |", "|---|---|---|---|---|"]
+    for seed, s in summaries_from_results(records).get("default", {}).items():
+        at = dict((step, acc) for step, acc in s["evals"])
+        out.append(f"| {seed[4:]} | {pct(at.get(0), 1)} | {pct(at.get(10), 1)} | {pct(s['peak'], 1)} ({s['peak_step']}) "
+                   f"| {pct(s['final'], 1)} |")
+    return "\n".join(out) + "\n"
+
+
+def header_part(records, args, _):
+    """`header`: which code and machine the recorded runs come from, and how many there are."""
+    commits = sorted({str(r.get("commit")) for r in records})
+    machines = sorted({str(r.get("machine")) for r in records})
+    by_threads = {t: sum(r["threads"] == t for r in records) for t in sorted({r["threads"] for r in records})}
+    runs = ", ".join(f"{n} at --threads {t}" for t, n in by_threads.items())
+    return (f"Recorded runs: {len(records)} ({runs}), at commit{'s' * (len(commits) > 1)} {', '.join(commits)}, "
+            f"on {'; '.join(machines)}.\n")
+
+
+def metrics_column_part(records, args, text):
+    """`metrics_column`: a table whose first column names metrics in backticks; its column headed 'default run'
+    is written again from the profile of the default run (seed 0): first 10 -> last 10 steps (lowest .. highest).
+    The other columns are the page's own prose."""
+    default = next((r for r in records if r["experiment"] == "default" and r["seed"] == 0 and r["threads"] == 1
+                    and "profile" in r), None)
+    if default is None:
+        raise ResultsError("results.jsonl has no profile of the default run, seed 0 (python experiments.py default "
+                           "--seeds 0, then table --write)")
+    rows = [table_cells(line) for line in text.rstrip("\n").split("\n")]
+    column = next(i for i, title in enumerate(rows[0]) if title.startswith("default run"))
+    for cells in rows[2:]:
+        cells[column] = profile_cell(default["profile"], re.findall(r"`(\w+)`", cells[0]))
+    return "".join("| " + " | ".join(cells) + " |\n" for cells in rows)
+
+
+def table_cells(line):
+    """The cells of a Markdown table row, stripped; an escaped pipe (\\|) stays inside its cell."""
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+
+
+def profile_cell(profile, names):
+    """'a -> b (lo .. hi)' of each named metric the default run logs ('name a -> b ...; ...' for several)."""
+    logged = [n for n in names if n in profile]
+    if not logged:
+        return "not logged"
+    g = lambda x: f"{x:.2g}" if abs(x) < 1e-3 and x != 0 else f"{x:.3g}"  # noqa: E731
+    parts = [f"{g(a)} -> {g(b)} ({g(lo)} .. {g(hi)})" for a, b, lo, hi in (profile[n] for n in logged)]
+    return parts[0] if len(logged) == 1 else "; ".join(f"{n} {p}" for n, p in zip(logged, parts))
+
+
+PARTS = {"header": header_part, "verdict": verdict_part, "lesson": lesson_part, "fixes": fixes_part,
+         "experiments": experiments_part, "threads": threads_part, "default_run": default_run_part,
+         "metrics_column": metrics_column_part}
+
+
+def generate(text, records, page="page"):
+    """The page's text with each generated part written again from the records."""
+    def again(m):
+        kind, *args = m[2].split()
+        if kind not in PARTS:
+            raise ResultsError(f"{page}: a generated part of unknown kind {kind!r} (known: {', '.join(PARTS)})")
+        return m[1] + PARTS[kind](records, args, m[3]) + m[4]
+    return PART.sub(again, text)
+
+
+def stale_parts(records, root=ROOT):
+    """[one line per page whose generated parts differ from what the records give: the page, the part, the
+    first line that differs]: what the suite asserts is empty."""
+    out = []
+    for page in PAGES:
+        with open(os.path.join(root, page), encoding="utf-8") as f:
+            text = f.read()
+        for old, new in zip(PART.finditer(text), PART.finditer(generate(text, records, page))):
+            if old[3] != new[3]:
+                line = next((a for a, b in zip(old[3].split("\n"), new[3].split("\n")) if a != b), old[3][-80:])
+                out.append(f"{page}: the part '{old[2]}' differs from results.jsonl at: {line[:120]}")
+    return out
+
+
+def write_pages(records, root=ROOT):
+    """Write every page's generated parts again from the records -> the pages that changed."""
+    changed = []
+    for page in PAGES:
+        path = os.path.join(root, page)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        new = generate(text, records, page)
+        if new != text:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(new)
+            changed.append(page)
+    return changed
