@@ -54,7 +54,7 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
     """
     policy = unwrap(policy_ddp)  # sampling and the no-grad passes need no gradient all-reduce
     pi_old = copy.deepcopy(policy).requires_grad_(False) if cfg.resample_epochs and cfg.mu > 1 else policy
-    stats = StepStats()
+    stats = StepStats(policy.lm_head_weight.device)
     first_batch, zero_std = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
     first_batch, zero_std = stale_batch(policy, first_batch, zero_std, lagged, cfg, stats)  # --rollout-lag K
     for epoch in range(cfg.mu):

@@ -63,7 +63,7 @@ def rollout(policy, enc, problems, cfg, generator):
     return Rollouts(tokens, mask, loss_mask, sampler_logp[:, 1:], sampler_entropy[:, 1:],
                     None if support is None else support[:, 1:],
                     truncated=~torch.isin(completion, torch.tensor(stop, device=completion.device)).any(1),
-                    rewards={k: torch.tensor([s[k] for s in scores]) for k in scores[0]},  # each (B,)
+                    rewards={k: torch.tensor([s[k] for s in scores], device=tokens.device) for k in scores[0]},  # (B,)
                     texts=texts, problems=repeated, prompt_len=P)
 
 

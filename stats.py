@@ -165,7 +165,8 @@ class StepStats:
     of the updates' means, a max the max over all of them.
     """
 
-    def __init__(self):
+    def __init__(self, device="cpu"):
+        self.device = torch.device(device)  # where the parts are kept: the policy's (one all-reduce, no copies)
         self.n_updates = 0  # updates recorded so far; a statistic is kept per update
         self.sums = {}  # (name, update) -> (kind, float64 tensor of parts, default if no rank has any)
         #              kind: "mean", "std", "count", "ess", "corr", or ("ratio", min_mean_den)
@@ -175,8 +176,8 @@ class StepStats:
         self.n_updates += 1
 
     def _add(self, name, kind, parts, default=0.0):
-        self.sums[name, self.n_updates] = (kind, torch.stack([torch.as_tensor(p).detach().double() for p in parts]),
-                                        default)
+        parts = torch.stack([torch.as_tensor(p, device=self.device).detach().double() for p in parts])
+        self.sums[name, self.n_updates] = (kind, parts, default)
 
     def mean(self, name, x, mask=None, default=0.0):
         """Mean of x where mask (all of x without one); `default` where no rank has any."""
@@ -212,7 +213,7 @@ class StepStats:
         self._add(name, "count", [torch.as_tensor(x).sum()])
 
     def max(self, name, x, mask=None, default=0.0, sign=1.0):
-        x = torch.as_tensor(x).detach().double() * sign
+        x = torch.as_tensor(x, device=self.device).detach().double() * sign
         x = x[mask] if mask is not None else x.flatten()
         local = x.max() if x.numel() else x.new_tensor(float("-inf"))
         if name in self.maxima:

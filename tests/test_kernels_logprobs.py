@@ -326,12 +326,18 @@ def test_inplace_backward_gives_the_same_gradient(backend, seed, monkeypatch):
 
 @pytest.mark.skipif(not TRITON_HERE, reason=TRITON_SKIP)
 def test_triton_launches_on_the_tensors_device(seed, monkeypatch):
-    # Triton launches on the current device: a tensor on cuda:1 needs cuda:1 made current
+    # Triton launches on the current device: a tensor on cuda:1 needs cuda:1 made current (a fake tensor there
+    # without a GPU; with one GPU, whose cuda:1 cannot exist even as a fake, cuda:0)
     from torch._subclasses.fake_tensor import FakeTensorMode
-    with FakeTensorMode():
-        on_gpu1 = torch.empty(2, device="cuda:1")
-    guard = lp._on_device(on_gpu1)
-    assert isinstance(guard, torch.cuda.device) and guard.idx == 1
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = 0 if gpus == 1 else 1
+    if gpus:
+        on_gpu = torch.empty(2, device=f"cuda:{index}")
+    else:
+        with FakeTensorMode():
+            on_gpu = torch.empty(2, device=f"cuda:{index}")
+    guard = lp._on_device(on_gpu)
+    assert isinstance(guard, torch.cuda.device) and guard.idx == index
     guarded = []
     real = lp._on_device
     monkeypatch.setattr(lp, "_on_device", lambda t: guarded.append(t.data_ptr()) or real(t))
