@@ -319,7 +319,7 @@ def plan(names, seeds, runs_dir, steps=None, extra=(), nproc=1):
     """[Run] of each experiment and seed, every one's flags checked as train.py checks them (ValueError,
     one line, before anything runs): extra's unknown flags, a value train.py refuses, one of OWN_FLAGS."""
     for flag in OWN_FLAGS:
-        if flag in extra:
+        if any(token == flag or token.startswith(flag + "=") for token in extra):
             raise ValueError(f"{flag} after -- is experiments.py's to set for each run" +
                              (": use --seeds" if flag == "--seed" else ": use experiments.py's own --steps"
                               if flag == "--steps" else ": use --runs-dir before --" if flag == "--runs-dir" else ""))
@@ -478,11 +478,14 @@ def launch(run, what, detail, nproc, progress):
 
 
 class Progress:
-    """The suite's progress lines, its time left (from its finished runs' own seconds a step) and its end."""
+    """The suite's progress lines, its time left and its end. The time left comes from the finished runs'
+    own seconds: an experiment with a finished run goes at its own seconds a step; one without, at the
+    finished runs' median seconds per unit of work, a unit a sampled answer and each of its updates (`work`)."""
 
     def __init__(self, runs, states, jobs):
         self.runs, self.jobs, self.t0 = runs, jobs, time.time()
         self.index = {(r.name, r.seed): i + 1 for i, r in enumerate(runs)}
+        self.work = {r.name: work(r.args) for r in runs}
         self.outcome, self.started = {}, {}
         self.left = {(r.name, r.seed): r.args.steps - (s[1] if s[0] in ("finished", "resume") and s[1] else 0)
                      for r, s in zip(runs, states)}
@@ -496,12 +499,11 @@ class Progress:
             self.seconds_a_step.setdefault(name, []).append(seconds / steps)
 
     def time_left(self):
-        known = [x for xs in self.seconds_a_step.values() for x in xs]
-        if not known:
+        per_unit = sorted(sum(xs) / len(xs) / self.work[name] for name, xs in self.seconds_a_step.items())
+        if not per_unit:
             return "time left: known once a run has finished"
-        overall = sorted(known)[len(known) // 2]
         rate = lambda name: sum(self.seconds_a_step[name]) / len(self.seconds_a_step[name]) \
-            if name in self.seconds_a_step else overall  # noqa: E731
+            if name in self.seconds_a_step else per_unit[len(per_unit) // 2] * self.work[name]  # noqa: E731
         seconds = sum(self.left[k] * rate(k[0]) for k in self.left) / self.jobs
         return f"about {seconds / 60:.0f} min left"
 
@@ -540,6 +542,13 @@ class Progress:
                 with open(log) as f:
                     tail = f.read().splitlines()[-6:]
                 print(f"failed: {run.name} seed {run.seed}, {log}:\n" + "\n".join("    " + line for line in tail))
+
+
+def work(args):
+    """A step's work in units for the time left: its sampled answers, each sampled once (twice and more with
+    --resample-epochs) and scored in each of its mu updates."""
+    answers = args.prompts_per_step * args.group_size * (args.max_sampling_rounds if args.dynamic_sampling else 1)
+    return answers * (args.mu + (args.mu if args.resample_epochs else 1))
 
 
 def finished_seconds(folder):
@@ -632,14 +641,14 @@ def main(args):
         print(report.table(args.runs_dir, list(EXPERIMENTS)))
         if args.write:
             new = records_of(args.runs_dir)
-            old = report.load_results() if os.path.exists(report.RESULTS) else []
-            report.write_results(report.merge_results(old, new, list(EXPERIMENTS)))
-            changed = report.write_pages(report.load_results())
-            print(f"results.jsonl: {len(new)} runs recorded from {args.runs_dir}; pages re-written: "
+            old = report.load_results(args.results) if os.path.exists(args.results) else []
+            report.write_results(report.merge_results(old, new, list(EXPERIMENTS)), args.results)
+            changed = report.write_pages(report.load_results(args.results))
+            print(f"{args.results}: {len(new)} runs recorded from {args.runs_dir}; pages re-written: "
                   f"{', '.join(changed) or 'none changed'}")
     if "check" in args.names:
-        lines, checked = report.check_runs(report.load_results(), args.runs_dir)
-        print("\n".join(lines) or f"no run of results.jsonl in {args.runs_dir}")
+        lines, _ = report.check_runs(report.load_results(args.results), args.runs_dir)
+        print("\n".join(lines) or f"no run of {args.results} in {args.runs_dir}")
         if any(" in results.jsonl" in line for line in lines):
             raise SystemExit(1)
 
@@ -669,6 +678,8 @@ def get_parser():
                     help="a folder that holds a run with other flags is moved aside and run again (default: refused)")
     ap.add_argument("--write", action="store_true",
                     help="with table: record the finished runs in results.jsonl and re-write the pages' tables")
+    ap.add_argument("--results", default=report.RESULTS, metavar="FILE",
+                    help="the record of runs that table --write writes and check reads (default: results.jsonl)")
     ap.add_argument("--list", action="store_true", help="list the experiments and their flags")
     return ap
 

@@ -408,10 +408,11 @@ def stale_batch(policy, batch, zero_std, lagged, cfg, stats):
     `lagged` (rollouts.lagged_batch) and the step trains on the one sampled K steps ago -> (that batch, its
     zero_std); without a lag, the step's own. Which policy is then pi_old (--lag-pi-old):
       sampler  the one that sampled the batch, its log-probs taken now, on the weights that sample: the PPO
-               ratio absorbs the staleness, and the sampler corrections see no gap (verl's and TRL's
-               asynchronous modes, which recompute no old log-probs);
-      learner  the learner as the step finds it (old_logprobs): decoupled PPO (AReaL), the proximal policy,
-               while the stale sampler's log-probs reach only --tis-cap and --off-policy-mask."""
+               ratio absorbs the staleness, and the sampler corrections see no gap (TRL's GRPOTrainer, which
+               takes the old log-probs at generation; verl's asynchronous recipes; PipelineRL);
+      learner  the learner as the step finds it (old_logprobs), the proximal policy of decoupled PPO (AReaL's
+               use_decoupled_loss; verl's and slime's defaults, which recompute the old log-probs), while the
+               stale sampler's log-probs reach only --tis-cap and --off-policy-mask."""
     if not cfg.rollout_lag:
         return batch, zero_std
     if cfg.lag_pi_old == "sampler":

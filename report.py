@@ -316,15 +316,16 @@ def first_moves(rows, window=20):
 
 
 def metric_profile(rows):
-    """{metric: [mean of the first 10 steps, mean of the last 10, lowest, highest]} of every number a
-    step logs (docs/metrics.md's healthy values, from the default run)."""
-    steps = [r for r in rows if r.get("step", 0) > 0]
-    keys = sorted({k for r in steps for k, v in r.items() if plot.is_number(v)} - {"step"})
+    """{metric: [first, last, lowest, highest]} of every number a run logs (docs/metrics.md's healthy values,
+    from the default run): for a per-step metric the means of its first and of its last 10 steps, for an
+    evaluation (eval_*) its value at the first and at the last evaluation."""
+    keys = sorted({k for r in rows for k, v in r.items() if plot.is_number(v)} - {"step"})
     out = {}
     for key in keys:
-        values = [r.get(key) for r in steps]
-        if finite(values):
-            out[key] = [mean(values[:10]), mean(values[-10:]), min(finite(values)), max(finite(values))]
+        values = finite(r.get(key) for r in rows if key.startswith("eval_") or r.get("step", 0) > 0 or key == "ln_vocab")
+        if values:
+            first, last = (values[0], values[-1]) if key.startswith("eval_") else (mean(values[:10]), mean(values[-10:]))
+            out[key] = [first, last, min(values), max(values)]
     return out
 
 
@@ -407,9 +408,12 @@ def fixes_table(summaries):
 
 
 def fmt_metric(key, value):
+    """A summary number as the tables print it: a share in percent (two digits under 10%), else 3 digits."""
     if value is None or not math.isfinite(value):
         return "-"
-    return f"{value:.0%}" if key in PERCENT_METRICS else f"{value:.3g}"
+    if key in PERCENT_METRICS:
+        return f"{value * 100:.2g}%" if abs(value) < 0.1 else f"{value:.0%}"
+    return f"{value:.3g}"
 
 
 def moved(run):
@@ -660,7 +664,8 @@ def headline(lesson, summaries):
 def verdict_part(records, args, _):
     """`verdict LESSON`: one line, the lesson's count of seeds held and its headline."""
     summaries = summaries_from_results(records)
-    return f"**{held_text(args[0], summaries).capitalize()}.** {headline(args[0], summaries)}.\n"
+    line = headline(args[0], summaries)
+    return f"**{held_text(args[0], summaries).capitalize()}.** {line[0].upper() + line[1:]}.\n"
 
 
 def lesson_part(records, args, _):
@@ -692,6 +697,23 @@ SHORT_METRICS = {"clipped_steps": "steps whose gradient passed the clip", "kl_bi
 def experiments_part(records, args, _):
     """`experiments [NAME ...]`: mean ± std over seeds of the experiments named (all without names)."""
     return experiments_table(summaries_from_results(records), args or None) + "\n"
+
+
+def signs_part(records, args, _):
+    """`signs NAME ...`: each experiment's runaway signs over its seeds (min-max): the learner's highest
+    20-step entropy as a share of ln V, the sampled and the greedy held-out accuracy, peak -> final."""
+    summaries = summaries_from_results(records)
+    out = ["| experiment | seeds | entropy, highest, of ln V | sampled accuracy: peak -> final | "
+           "greedy accuracy: peak -> final |", "|---|---|---|---|---|"]
+    for name in args:
+        runs = list(summaries.get(name, {}).values())
+        if runs:
+            ratio = [r["entropy_peak"] / r["ln_vocab"] for r in runs]
+            out.append(f"| {name} | {len(runs)} | {span(ratio, percent)} | "
+                       f"{span([r.get('sampled_peak') for r in runs], percent)} -> "
+                       f"{span([r.get('sampled_final') for r in runs], percent)} | "
+                       f"{span([r.get('peak') for r in runs], percent)} -> {span([r.get('final') for r in runs], percent)} |")
+    return "\n".join(out) + "\n"
 
 
 def threads_part(records, args, _):
@@ -747,18 +769,20 @@ def table_cells(line):
 
 
 def profile_cell(profile, names):
-    """'a -> b (lo .. hi)' of each named metric the default run logs ('name a -> b ...; ...' for several)."""
+    """'a -> b (lo .. hi)' of each named metric the default run logs ('name a -> b ...; ...' for several; one
+    number where it never moved)."""
     logged = [n for n in names if n in profile]
     if not logged:
         return "not logged"
-    g = lambda x: f"{x:.2g}" if abs(x) < 1e-3 and x != 0 else f"{x:.3g}"  # noqa: E731
-    parts = [f"{g(a)} -> {g(b)} ({g(lo)} .. {g(hi)})" for a, b, lo, hi in (profile[n] for n in logged)]
+    g = lambda x: f"{x:.2g}" if 0 < abs(x) < 1e-3 else f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"  # noqa: E731
+    parts = [g(a) if lo == hi else f"{g(a)} -> {g(b)} ({g(lo)} .. {g(hi)})"
+             for a, b, lo, hi in (profile[n] for n in logged)]
     return parts[0] if len(logged) == 1 else "; ".join(f"{n} {p}" for n, p in zip(logged, parts))
 
 
 PARTS = {"header": header_part, "verdict": verdict_part, "lesson": lesson_part, "fixes": fixes_part,
-         "experiments": experiments_part, "threads": threads_part, "default_run": default_run_part,
-         "metrics_column": metrics_column_part}
+         "experiments": experiments_part, "signs": signs_part, "threads": threads_part,
+         "default_run": default_run_part, "metrics_column": metrics_column_part}
 
 
 def generate(text, records, page="page"):

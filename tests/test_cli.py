@@ -64,7 +64,8 @@ def checked(argv, capsys):
     (["--adv-clip", "-1"], "--adv-clip must be >= 0 (0: off), got -1.0"),
     (["--run-name", "../escape"], "is a folder name, without / or ..: --runs-dir says where run folders go"),
     (["--run-name", "/an/absolute/path"], "is a folder name, without / or .."),
-    (["--run-name", "a/b"], "is a folder name, without / or ..")])
+    (["--run-name", "a/b"], "is a folder name, without / or .."),
+    (["--run-name", ".."], "is a folder name, without / or ..")])  # runs/.. is the folder above runs/
 def test_contradicting_flags_are_refused_in_one_line(argv, message, capsys):
     with pytest.raises(ValueError, match=re.escape(message)) as e:
         checked(argv, capsys)

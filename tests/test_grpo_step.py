@@ -482,3 +482,14 @@ def test_share_prompts_reaches_the_learner_and_changes_its_log_probs_by_rounding
     shared = grpo.batch_logprobs(policy, batch, rows, batch.loss_mask, GRPOConfig(share_prompts=True))[0]
     assert seen[:2] == [None, (batch.prompt_len, cfg.group_size)]  # then its prompt pass and its answers pass
     assert torch.allclose(plain, shared, atol=1e-4) and not torch.equal(plain, shared)
+
+
+def test_grpo_step_is_the_chapter_in_one_screen():
+    """grpo_step's body, after its docstring, is at most 28 lines: the chapter's step, with each option in
+    the function of its own idea (stale_batch, old_logprobs, exact_kl), so it cannot drift longer unseen."""
+    import ast
+    import inspect
+    source = inspect.getsource(grpo.grpo_step)
+    function = ast.parse(source).body[0]
+    body = source.splitlines()[function.body[1].lineno - 1:function.end_lineno]  # body[0] is the docstring
+    assert len(body) <= 28, f"grpo_step's body is {len(body)} lines"

@@ -445,10 +445,11 @@ def test_the_readme_quick_start_plots_the_folder_its_run_writes():
     """The README's first commands, literally: the run they name is the folder they plot, and
     each train.py command parses (a newcomer who follows them in order gets no error)."""
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        block = re.search(r"```bash\n(.*?)```", f.read(), re.S).group(1)
+        readme = f.read()
+    block = re.search(r"```bash\n(.*?)```", readme, re.S).group(1)
     commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
     trains = [c.split("python train.py", 1)[1].split("&&")[0].split() for c in commands if "python train.py" in c]
-    plots = [c.split("python plot.py", 1)[1].split() for c in commands if "python plot.py" in c]
+    plots = [m.split() for m in re.findall(r"`python plot\.py ([^`]+)`", readme)]  # the quick start's next step
     assert trains and plots
     args = cli.get_parser().parse_args(trains[0])
     assert plots[0][0] == os.path.join(args.runs_dir, args.run_name)

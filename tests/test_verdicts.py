@@ -114,15 +114,12 @@ def test_a_lesson_whose_run_lacks_a_number_names_it_or_does_not_read_it(lesson):
     assert report.judge(check, [{}, {}], names)[0] is False  # two empty metrics files
 
 
-# The runs without each fix, seeds 0, 1, 2, as EXPERIMENTS.md records them ("The closing list", from one
-# run of `experiments.py fixes`), to the digits its margin table gives.
-RECORDED_WITHOUT = {"dynamic_sampling": [2.78, 2.82, 2.76], "token_mean": [23.13, 17.23, 21.83],
-                    "drgrpo": [23.13, 17.23, 21.83], "overlong": [0.1998, 0.2293, 0.295],
-                    "keep_mask": [0.448, 0.222, 0.312], "tis": [0.06, 0.06, 0.112],
-                    "kl_reweight": [0.0633, 0.0785, 0.1728], "entropy_bonus": [2.09, 2.11, 1.87],
-                    "gspo": [2.74, 2.81, 2.77], "clip_higher": [15, 18, 13], "cispo": [15, 18, 13],
-                    "dual_clip": [0.217, 0.183, 0.233], "off_policy_mask": [0.217, 0.183, 0.233],
-                    "gdpo": [11, 14, 12]}
+def recorded_without(item):
+    """The number a fix is judged by, in its run without the fix, seeds 0, 1 and 2, as results.jsonl records
+    it (the runs EXPERIMENTS.md's tables are written from)."""
+    (without, _), key = report.FIXES[item][3], report.FIXES[item][4]
+    runs = report.summaries_from_results(report.load_results()).get(without, {})
+    return [runs[f"seed{s}"][key] for s in (0, 1, 2) if f"seed{s}" in runs]
 
 
 @pytest.mark.parametrize("item", list(report.FIXES))
@@ -130,7 +127,8 @@ def test_each_fix_asks_at_least_twice_the_spread_of_the_runs_without_it_and_says
     """The margin is not tuned until a fix passes: at least twice the std over seeds of the run
     without it (relative margins: twice the std over the mean), and the claim gives it."""
     size, unit = report.FIXES[item][-1]
-    seeds = RECORDED_WITHOUT[item]
+    seeds = recorded_without(item)
+    assert len(seeds) == 3, f"{item}: results.jsonl records {len(seeds)} seeds of its run without the fix"
     spread = statistics.stdev(seeds) / (statistics.mean(seeds) if unit == "relative" else 1)
     assert size >= 2 * spread, (item, size, spread)
     assert report.margin_text(size, unit) in report.LESSONS["fix_" + item][2]

@@ -1,0 +1,140 @@
+"""report.py's record of the runs: results.jsonl, and the pages' tables written from it.
+
+    python -m pytest -q tests/test_report.py
+
+Every table on README.md, EXPERIMENTS.md and docs/metrics.md is a generated part: the first test
+writes each again from the shipped results.jsonl and fails on any difference, so a number edited
+by hand in a table, or a results.jsonl edited without the pages, cannot pass. The others check the
+record itself: a run recorded and checked again is as recorded; a number that differs, a cut line,
+a missing file each give one line that names it.
+"""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_every_generated_part_of_the_pages_is_what_results_jsonl_gives():
+    records = report.load_results()
+    assert report.stale_parts(records) == []
+    pages = {page: open(os.path.join(ROOT, page), encoding="utf-8").read() for page in report.PAGES}
+    assert all(report.PART.search(text) for text in pages.values())  # each page has generated parts
+
+
+def test_the_recorded_runs_are_one_code_on_one_machine_at_one_and_two_threads():
+    """EXPERIMENTS.md names one commit and one machine: every record shares them, and the second thread
+    setting holds the numbered lessons' runs alone."""
+    records = report.load_results()
+    assert len({r["commit"] for r in records}) == 1 and "+changes" not in records[0]["commit"]
+    assert len({r["machine"] for r in records}) == 1
+    lessons = {n for lesson in report.NUMBERED for n in report.LESSONS[lesson][0]}
+    assert {r["experiment"] for r in records if r["threads"] == 2} <= lessons | set(report.LESSONS["naive_kl_reuse"][0])
+
+
+def copy_pages(tmp_path):
+    for page in report.PAGES:
+        os.makedirs(tmp_path / os.path.dirname(page), exist_ok=True)
+        shutil.copy(os.path.join(ROOT, page), tmp_path / page)
+
+
+def test_a_number_edited_by_hand_in_a_table_is_named_with_its_page_and_part(tmp_path):
+    records = report.load_results()
+    copy_pages(tmp_path)
+    readme = (tmp_path / "README.md").read_text()
+    part = report.PART.search(readme)
+    line = next(l for l in part[3].splitlines() if any(c.isdigit() for c in l))
+    digit = next(i for i, c in enumerate(line) if c.isdigit())
+    edited = line[:digit] + str((int(line[digit]) + 1) % 10) + line[digit + 1:]
+    (tmp_path / "README.md").write_text(readme.replace(line, edited, 1))
+    (stale,) = report.stale_parts(records, root=str(tmp_path))
+    assert stale.startswith(f"README.md: the part '{part[2]}' differs from results.jsonl at: ") and edited[:60] in stale
+    assert report.write_pages(records, root=str(tmp_path)) == ["README.md"]  # written again, it is whole
+    assert report.stale_parts(records, root=str(tmp_path)) == []
+
+
+def write_run(folder, final=0.7, threads=1):
+    """A finished 20-step run folder: its config.json and metrics.jsonl, accuracy 0.25 -> 0.75 -> final."""
+    folder.mkdir(parents=True)
+    rows = [{"step": 0, "time": 0, "eval_acc": 0.25, "ln_vocab": 5.66}]
+    rows += [{"step": s, "time": 6.0 * s, "reward": s / 20, "entropy": 0.2, "resp_len": 10 + s, "clip_frac": 0.01,
+              "grad_norm_max": 0.5 + s / 20} for s in range(1, 21)]
+    rows[10]["eval_acc"], rows[20]["eval_acc"] = 0.75, final
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "config.json").write_text(json.dumps({"threads": threads, "commit": "abc", "machine": "x86_64"}))
+    return str(folder)
+
+
+def test_a_run_recorded_then_checked_is_as_recorded_and_an_edited_number_is_named(tmp_path):
+    record = report.run_record("default", 0, write_run(tmp_path / "exp" / "default" / "seed0"), ["--seed", "0"],
+                               profiled=True)
+    assert record["summary"]["final"] == 0.7 and record["profile"]["reward"][:2] == [0.275, 0.775]
+    path = str(tmp_path / "results.jsonl")
+    report.write_results([record], path)
+    records = report.load_results(path)
+    assert len(records) == 1 and report.differences(records[0], record) == []  # nan is nan again
+    lines, checked = report.check_runs(records, str(tmp_path / "exp"))
+    assert checked == 1 and lines[0].startswith("default seed 0: as recorded (") and "numbers)" in lines[0]
+    records[0]["summary"]["final"] = 0.72  # edited by hand
+    lines, _ = report.check_runs(records, str(tmp_path / "exp"))
+    assert lines == [f"default seed 0: final is 0.7 in {tmp_path / 'exp' / 'default' / 'seed0'}, 0.72 in results.jsonl"]
+
+
+@pytest.mark.parametrize("content,message", [
+    (None, "is missing: `python experiments.py table --write` records the runs"),
+    ('{"experiment": "default", "seed": 0, "threads": 1, "flags": "", "summ', ":1: not a whole JSON line"),
+    ('{"experiment": "default", "seed": 0}\n', ":1: a record without threads, flags, summary")])
+def test_a_results_file_missing_cut_or_not_whole_is_one_line(tmp_path, content, message):
+    path = tmp_path / "results.jsonl"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(report.ResultsError) as e:
+        report.load_results(str(path))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_experiments_py_check_says_as_recorded_exits_1_on_a_difference_and_2_on_a_cut_file(tmp_path):
+    write_run(tmp_path / "exp" / "default" / "seed0")
+    path = tmp_path / "results.jsonl"
+    report.write_results([report.run_record("default", 0, str(tmp_path / "exp" / "default" / "seed0"), [])], str(path))
+    check = lambda: subprocess.run([sys.executable, "experiments.py", "check", "--runs-dir", str(tmp_path / "exp"),  # noqa: E731
+                                    "--results", str(path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = check()
+    assert out.returncode == 0 and out.stdout.startswith("default seed 0: as recorded")
+    record = json.loads(path.read_text())
+    record["summary"]["peak"] = 0.8
+    path.write_text(json.dumps(record) + "\n")
+    out = check()
+    assert out.returncode == 1 and "default seed 0: peak is 0.75 in" in out.stdout
+    path.write_text(path.read_text()[:50])
+    out = check()
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "not a whole JSON line" in out.stderr
+
+
+def test_merged_results_keep_one_record_a_run_in_the_experiments_order():
+    rec = lambda name, seed, threads=1, final=0.5: {"experiment": name, "seed": seed, "threads": threads,  # noqa: E731
+                                                   "flags": "", "summary": {"final": final}}
+    old = [rec("b", 0), rec("a", 1), rec("a", 0, threads=2)]
+    merged = report.merge_results(old, [rec("a", 1, final=0.9), rec("a", 0)], ["a", "b"])
+    assert [(r["experiment"], r["seed"], r["threads"]) for r in merged] == [("a", 0, 1), ("a", 1, 1), ("b", 0, 1),
+                                                                            ("a", 0, 2)]
+    assert merged[1]["summary"]["final"] == 0.9
+
+
+def test_round_numbers_keeps_six_digits_nan_and_the_structure():
+    x = report.round_numbers({"a": 1 / 3, "b": [2 / 3, math.nan], "c": 7, "d": None, "e": {"f": 1e-9 / 3}})
+    assert x["a"] == 0.333333 and x["b"][0] == 0.666667 and math.isnan(x["b"][1])
+    assert x["c"] == 7 and x["d"] is None and x["e"]["f"] == 3.33333e-10
+
+
+def test_a_generated_part_of_an_unknown_kind_is_named():
+    text = "<!-- generated from results.jsonl: nosuch -->\nx\n<!-- end of generated part -->\n"
+    with pytest.raises(report.ResultsError, match="README.md: a generated part of unknown kind 'nosuch'"):
+        report.generate(text, [], "README.md")
