@@ -14,8 +14,9 @@ cli.py's flags, not fields here: grpo_step is handed them as arguments, if at al
 A recipe is a named set of flags (`--recipe NAME`; flags typed explicitly still win), of both
 kinds: a recipe may set prompts_per_step or eval_every too. Each
 cites the paper or the book's script its values come from; where a value departs from the
-source, the comment beside it says so and why (mostly: our scale, 16 prompts x 8 answers of
-40 tokens on one CPU thread). The README's recipe table sets the two side by side.
+source, the comment beside it says so and why. Every recipe departs in two ways at our scale:
+lr 1e-4 with Adam (the papers use 1e-6 with AdamW, the book 1e-5), and 8 answers of at most
+40 tokens a prompt (DeepSeekMath: 64 of up to 1,024).
 """
 from dataclasses import dataclass, field
 
@@ -113,7 +114,7 @@ class GRPOConfig:
 # name -> flags: GRPOConfig fields, and cli.py's run flags where a recipe needs them (prompts_per_step; the
 # book_qwen3 recipes also set its evaluation: eval_every, eval_size, eval_fallback, chat_template). Each follows
 # the paper or book script named above it, value by value; at our scale every one departs in the same ways
-# (README, "Recipes": lr 1e-4 with Adam, 8 answers of at most 40 tokens), and any other departure is named.
+# (this file's docstring: lr 1e-4 with Adam, 8 answers of at most 40 tokens), and any other departure is named.
 INF = float("inf")
 RECIPES = {
     # DeepSeekMath (Shao et al. 2024, arXiv 2402.03300, sec. 4.1-4.2): k3 per token inside each answer's mean
@@ -138,8 +139,8 @@ RECIPES = {
                   overlong_cache=8, kl=0.0, mu=1, minibatches=2),
     # the book's own algorithm, 7_5_plus_kl.py: one prompt and 8 answers per step, sampled at T 0.8 / top-p
     # 0.9 and scored at T 1; two inner epochs that sample again from the frozen copy; the summed
-    # sequence ratio in the torch.where form at eps 10; k1 on summed log-probs. Departures (README, "The
-    # book's algorithm"): beta 0.1 (the script: 0.001), lr 1e-4 with Adam (1e-5 with AdamW)
+    # sequence ratio in the torch.where form at eps 10; k1 on summed log-probs. Departures (EXPERIMENTS.md, "How
+    # a lesson is judged"): beta 0.1 (the script: 0.001), lr 1e-4 with Adam (1e-5 with AdamW)
     "book": dict(prompts_per_step=1, group_size=8, temperature=0.8, top_p=0.9, learner_temperature=1.0,
                  mu=2, minibatches=1, resample_epochs=True, ratio_level="sequence", objective="book",
                  clip=10.0, kl=0.1, kl_estimator="k1", kl_level="sequence", loss_agg="seq_mean", lr=1e-4),
@@ -169,7 +170,7 @@ RECIPES["book_qwen3"] = dict(RECIPES["book"], max_new_tokens=512, lr=1e-5, kl=0.
                              eval_fallback="number")
 # the book's 7_6_plus_format_reward.py as the chapter runs it (--steps 500 --max_new_tokens 1024, the rest its
 # defaults): book_qwen3 from the reasoning Qwen3-0.6B in its chat template, with one inner epoch, no KL, and a
-# format bonus of weight 1 for <think> before </think>, ungated. Departures: README, "Recipes".
+# format bonus of weight 1 for <think> before </think>, ungated. Departures: this file's docstring.
 RECIPES["book_qwen3_format"] = dict(
     RECIPES["book_qwen3"], max_new_tokens=1024, mu=1, resample_epochs=False, kl=0.0, format_weight=1.0,
     format_check="book", gated=False, chat_template=True)

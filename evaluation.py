@@ -37,7 +37,7 @@ def evaluate(model, enc, problems, max_new_tokens=40, batch_size=256, fallback="
     the book's MATH-500 evaluation). sampler: dict(temperature, top_k, top_p, generator)
     draws one answer per problem as training samples them, instead of greedily: greedy
     decoding keeps each position's argmax and so hides a learner that has flattened
-    everywhere else (EXPERIMENTS.md, lesson 4)."""
+    everywhere else (EXPERIMENTS.md, lesson 3)."""
     was_training = model.training
     model.eval()
     answers = []  # (problem, completion, 1.0 if right else 0.0) for this rank's problems, in order

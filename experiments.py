@@ -203,21 +203,21 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "recipes": (["book_nokl", "olmo3", "deepseek_v32"], "eval_acc,reward,entropy,resp_len,clip_frac,zero_std_frac"),
     "format_tight": (["format_tight", "format_tight_gated"],
                      "eval_acc,reward_correct,reward_format,resp_len,truncated_frac,entropy"),
-    # lesson 1: the book's naive KL against k3 and a smaller beta, then against what removes the mismatch
+    # lesson 2: the book's naive KL against k3 and a smaller beta, then against what removes the mismatch
     "book_kl": (["book_kl", "book_kl_k3", "book_kl_beta002"], "eval_acc,kl,entropy,sampler_entropy,sampler_gap,resp_len"),
     "book_kl_sampler": (["book_kl", "book_kl_matched", "book_kl_keepmask", "book_kl_onpolicy"],
                         "eval_acc,kl,entropy,sampler_entropy,sampler_gap,resp_len"),
-    # lesson 2: the book's epochs with and without its clip, then which change rescues 4 epochs
+    # lesson 1: the book's epochs with and without its clip, then which change rescues 4 epochs
     "book_clip": (["book_onpolicy", "book_nokl", "book_noclip", "book_clip10"],
                   "eval_acc,ratio_max,clip_frac,entropy,ppo_kl,resp_len"),
     "book_clip_ppo": (["book_noclip", "book_token_noclip", "book_ppo_clip"],
                       "eval_acc,ratio_max,clip_frac,entropy,ppo_kl,resp_len"),
-    # lesson 3: the format bonus on the runaway's task: the two rewards and the two accuracies; then on chains
+    # lesson 4: the format bonus on the runaway's task: the two rewards and the two accuracies; then on chains
     "book_format": (["book_runaway_format", "book_runaway_format_gated"],
                     "reward,eval_sampled_acc,reward_format,eval_acc,entropy,truncated_frac"),
     "book_format_chains": (["book_format", "book_format_gated", "book_onpolicy"],
                            "eval_acc,reward_correct,reward_format,entropy,resp_len,truncated_frac"),
-    # lesson 4: the runaway, its fix and its cause (no long failed searches); then what else was tried
+    # lesson 3: the runaway, its fix and its cause (no long failed searches); then what else was tried
     "book_runaway": (["book_runaway", "book_runaway_keepmask", "book_runaway_chains"],
                      "eval_acc,eval_sampled_acc,entropy,sampler_entropy,pg_k1,truncated_frac"),
     "book_runaway_fixes": (["book_runaway", "book_runaway_k3", "book_runaway_lowlr", "book_runaway_token"],
@@ -253,7 +253,9 @@ GROUPS = {  # names that stand for several experiments on the command line
     "lessons": lambda: [n for lesson in LESSONS if not lesson.startswith("fix_") for n in LESSONS[lesson][0]],
     "fixes": lambda: [n for lesson in LESSONS if lesson.startswith("fix_") for n in LESSONS[lesson][0]],
 }
-OWN_FLAGS = ["--seed", "--runs-dir", "--run-name", "--resume", "--steps"]  # experiments.py sets these for each run
+OWN_FLAGS = {  # train.py flags experiments.py sets for each run, refused after --, and what to use instead
+    "--seed": "use --seeds", "--steps": "use experiments.py's own --steps", "--runs-dir": "use --runs-dir before --",
+    "--run-name": "each run's is seed<k>", "--resume": "the suite resumes an interrupted run itself"}
 
 
 # ---------------------------------------------------------------- what to run
@@ -318,11 +320,9 @@ class Run(NamedTuple):
 def plan(names, seeds, runs_dir, steps=None, extra=(), nproc=1):
     """[Run] of each experiment and seed, every one's flags checked as train.py checks them (ValueError,
     one line, before anything runs): extra's unknown flags, a value train.py refuses, one of OWN_FLAGS."""
-    for flag in OWN_FLAGS:
+    for flag, instead in OWN_FLAGS.items():
         if any(token == flag or token.startswith(flag + "=") for token in extra):
-            raise ValueError(f"{flag} after -- is experiments.py's to set for each run" +
-                             (": use --seeds" if flag == "--seed" else ": use experiments.py's own --steps"
-                              if flag == "--steps" else ": use --runs-dir before --" if flag == "--runs-dir" else ""))
+            raise ValueError(f"{flag} after -- is experiments.py's to set for each run: {instead}")
     runs = []
     for name in names:
         for seed in seeds:
@@ -666,7 +666,8 @@ def get_parser():
                                  usage="python experiments.py NAME [NAME ...] [options] [-- train.py flags]")
     ap.add_argument("names", nargs="*", default=[],
                     help=f"experiments, lessons ({', '.join(l for l in LESSONS if not l.startswith('fix_'))}), "
-                         f"groups ({', '.join(GROUPS)}); table: the runs' table; check: the runs against results.jsonl")
+                         f"a fix's pair (fix_<item>, e.g. fix_tis), groups ({', '.join(GROUPS)}); table: the runs' "
+                         "table; check: the runs against results.jsonl")
     ap.add_argument("--seeds", type=parse_seeds, default=[0], help="comma-separated seeds, e.g. 0,1,2 (default: 0)")
     ap.add_argument("--steps", type=int, default=None, help="cut every run to N steps (default: each experiment's)")
     ap.add_argument("--jobs", type=int, default=1, help="runs side by side, one CPU thread each (default: 1)")

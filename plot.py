@@ -11,7 +11,7 @@ still being written, or on runs copied from another machine.
     python plot.py runs/A --panels basic --out figs/basic.png
     python plot.py runs/A runs/B --metrics reward,entropy,eval_acc --out cmp.png
     python plot.py runs/A --smooth 0.1      # lighter smoothing
-    python plot.py runs/exp/clip runs/exp/baseline   # experiments with seed0/, seed1/, ...:
+    python plot.py runs/exp/default runs/exp/onpolicy   # experiments with seed0/, seed1/, ...:
                                             # mean over seeds with a min..max band each
     python plot.py runs/x runs/y --band     # any runs as seeds of one experiment
     python plot.py runs/A --samples         # print the answers to a few held-out problems at
@@ -34,7 +34,7 @@ Panel groups (`--panels`, default all; `kl`, `sampler` and `runaway` are skipped
               and largest, KL(sampler || learner) by k1 and k3, the chi^2 and the effective
               sample size of the importance weights, the two log-probs' correlation
     runaway   pg_k1 (stats.pg_as_k1), which turns positive before the learner's entropy rises
-              (EXPERIMENTS.md, lesson 4), the two entropies, the lengths of the right
+              (EXPERIMENTS.md, lesson 3), the two entropies, the lengths of the right
               and the wrong answers, and the share of answers cut at the token cap
 `--metrics a,b+c` instead draws one figure with one subplot per name (`b+c`: both keys in one).
 A figure has one legend, below its panels, so that it covers no curve; its title wraps

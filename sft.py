@@ -20,7 +20,7 @@ by imitation, deliberately leaving room for RL:
     python sft.py --steps 50 --out /tmp/tiny.pt
     torchrun --nproc-per-node 2 sft.py           # 2 processes (gloo, CPU), batch split over them
 
-The runaway's warm start (EXPERIMENTS.md, lesson 4) imitates chains and, half the
+The runaway's warm start (EXPERIMENTS.md, lesson 3) imitates chains and, half the
 time, searches (tasks.SearchProblem: try digits until one fits), whose long tries are cut
 off at the model's context as a base model's long attempts run into its token cap. It is
 trained with label smoothing: each target keeps 1 - eps of the probability and eps is

@@ -147,7 +147,7 @@ def pg_as_k1(adv, sampler_logp, old_logp, mask):
         pg_k1 = -sum_i A_i M_i / sum_i M_i
     > 0 when the wrong answers carry more of the mismatch than the right ones (long wrong
     answers, as in the book's 7_3 log: it flattens, as the book's KL does), < 0 when the
-    right ones do (it sharpens). EXPERIMENTS.md (lesson 4) sets it beside the book's k1.
+    right ones do (it sharpens). EXPERIMENTS.md (lesson 3) sets it beside the book's k1.
     """
     mismatch = ((sampler_logp - old_logp) * mask).sum(1)  # (B,)
     return -adv * mismatch, mismatch

@@ -17,7 +17,7 @@ allows it), so every step is one of ~500 small facts that a 2-layer model learns
 few CPU minutes. (With 0..99 there are ~2,000 facts and the warm start needs
 several times longer: the step-by-step reasoning came out right but the sums wrong.)
 
-The runaway (EXPERIMENTS.md, lesson 4) adds search problems (`SearchProblem`): find the
+The runaway (EXPERIMENTS.md, lesson 3) adds search problems (`SearchProblem`): find the
 digit ? that makes a chain come out at a value, by trying digits in turn. Its reference
 tries them in a random order, so it is as long as the search took, and a search that has
 not found the digit by the token cap is cut off: long and wrong, as the book's failed
@@ -70,7 +70,7 @@ LEVELS = {  # name -> (relative frequency of chains of 1, 2, 3, 4 operations, sh
     "medium": ((0, 1, 1, 0), 0.0, None, "="),
     "hard": ((0, 0, 1, 1), 0.0, None, "="),
     "mixed": ((4, 3, 2, 1), 0.0, None, "="),  # the warm start: mostly short chains, a few long ones
-    # the runaway's regime (EXPERIMENTS.md, lesson 4): chains and searches, whose failures are long
+    # the runaway's regime (EXPERIMENTS.md, lesson 3): chains and searches, whose failures are long
     "mixed_search": ((4, 3, 2, 1), 0.5, None, "="),  # its warm start
     "medium_search": ((0, 1, 1, 0), 0.75, None, "="),  # its RL problems; it is evaluated on medium's chains
     # ... with a budget: a search gives up after 3 tries with a guess, so every honest answer, right or

@@ -6,7 +6,7 @@
     python train.py --resume runs/mine           # continue after an interruption (or for longer: --steps N)
     torchrun --nproc-per-node 2 train.py         # 2 processes (ranks), one CPU core or GPU each
     python train.py --recipe book --kl 0 --mu 1 --steps 500 --level medium_search --eval-level medium \
-        --init checkpoints/warmstart_search.pt --eval-sampled       # the book's 7_3 runs away (EXPERIMENTS.md, lesson 4)
+        --init checkpoints/warmstart_search.pt --eval-sampled       # the book's 7_3 runs away (EXPERIMENTS.md, lesson 3)
     python train.py --recipe book_qwen3 --model qwen3-0.6b-base --task math \
         --data math_full_minus_math500.json --eval-data math500_test.json   # the book's model on a GPU (docs/book_model.md)
     python train.py --model qwen3-0.6b-base --init qwen3-0.6B-rlvr-grpo-step00050.pth --task math \

@@ -1,7 +1,7 @@
 """The shipped warm start: the file every number starts from, and the command that rebuilds one.
 
-checkpoints/warmstart.pt is tracked (the README says why); these tests check that it is
-the file its checksum names, that it loads as weights only and answers as the README
+checkpoints/warmstart.pt is tracked (docs/design.md says why); these tests check that it is
+the file its checksum names, that it loads as weights only and answers as docs/design.md
 says, and that `python sft.py` on this machine still builds one of the same quality
 (in the background, which a session that ends first stops).
 """
@@ -45,7 +45,7 @@ def test_train_starts_from_the_shipped_warm_start_as_the_readme_says():
     model, enc, ckpt = cli.load_init(args.init)  # no build: the file is there
     assert enc.n_vocab == model.cfg.vocab_size == 287 and model.cfg.n_layer == 2 and model.cfg.d_model == 128
     ev = held_out_accuracy(SHIPPED)
-    # the README's numbers: greedy 34.8%, never reasoning; a near-tie argmax may flip on another CPU
+    # docs/design.md's numbers: greedy 34.8%, never reasoning; a near-tie argmax may flip on another CPU
     assert ev["accuracy"] == pytest.approx(0.348, abs=0.01) and ev["format"] == 0.0
 
 
