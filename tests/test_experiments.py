@@ -299,24 +299,26 @@ def test_a_finished_run_is_skipped_in_one_line_and_no_tracked_file_changes(tmp_p
     assert git_status() == before  # neither figures/ nor any page nor results.jsonl was touched
 
 
-def kill_when(proc, path, lines):
-    """kill -9 the suite and its runs once path holds `lines` lines (or the suite has ended)."""
+def kill_when(proc, path, lines, sig=signal.SIGKILL):
+    """Send sig to the suite and its runs, as kill -9 or a terminal's Ctrl-C does, once path holds `lines`
+    lines (or the suite has ended)."""
     while proc.poll() is None and not (os.path.exists(path) and len(open(path).readlines()) >= lines):
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
+    os.killpg(proc.pid, sig)
     proc.wait()
 
 
-@pytest.mark.parametrize("killed_at", [3, 9])  # before the first checkpoint (step 5), and after it
-def test_a_suite_killed_mid_run_completes_with_each_step_once(tmp_path, killed_at):
-    """kill -9 of the suite and its runs, then the same command: the run restarts (no checkpoint yet) or
-    resumes, and its metrics.jsonl holds each step once, the numbers of an uninterrupted run."""
+@pytest.mark.parametrize("killed_at, sig", [(3, signal.SIGKILL), (9, signal.SIGKILL), (9, signal.SIGINT)],
+                         ids=["kill-9-before-a-checkpoint", "kill-9-after-one", "ctrl-c-after-one"])
+def test_a_suite_killed_mid_run_completes_with_each_step_once(tmp_path, killed_at, sig):
+    """kill -9 (or Ctrl-C) of the suite and its runs, then the same command: the run restarts (no checkpoint
+    yet) or resumes, and its metrics.jsonl holds each step once, the numbers of an uninterrupted run."""
     argv = ["default", "--seeds", "0", "--steps", "14", *SMALL]
     own, extra = argv[:argv.index("--")], argv[argv.index("--"):]
     proc = subprocess.Popen([sys.executable, "experiments.py", *own, "--runs-dir", str(tmp_path / "exp"), *extra],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     path = tmp_path / "exp" / "default" / "seed0" / "metrics.jsonl"
-    kill_when(proc, str(path), killed_at)
+    kill_when(proc, str(path), killed_at, sig)
     done = len(open(path).readlines())
     assert 0 < done < 15, "the run was not killed mid-way"
     out = suite(tmp_path, *argv)
