@@ -94,7 +94,7 @@ def wrap(model):
 
 class _DDP(DistributedDataParallel):
     """DDP that reads the attributes it does not have (cfg, lm_head_weight) from the module
-    inside, so grpo.token_logprobs reads the head weight the same way with or without it."""
+    inside, so logprobs.token_logprobs reads the head weight the same way with or without it."""
 
     def __getattr__(self, name):
         try:

@@ -1,7 +1,7 @@
 """laptop-grpo's GRPO, in the order a step runs it: `grpo_step` first, then each of its pieces.
 
     sample G answers per prompt (rollouts.py) -> rewards (rewards.py) -> group advantages
-    -> log-probs of pi_theta, pi_old, pi_ref (kernels/) -> clipped ratio (+ KL) -> mean -> update
+    -> log-probs of pi_theta, pi_old, pi_ref (logprobs.py) -> clipped ratio (+ KL) -> mean -> update
 
     python train.py --clip 0.2 --kl 0.0      # config.GRPOConfig's fields are the flags; --help lists them
 
@@ -20,7 +20,7 @@ this departs from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr
 4. The KL is Schulman's k3 per token; the book's k1 on summed log-probs is `--kl-estimator k1
    --kl-level sequence` (`kl_penalty`). A reference model exists only when beta > 0, as in `7_5_plus_kl.py`.
 5. Log-probs come from kernels that never materialise an (N, V) log-softmax, only for completion rows
-   (`token_logprobs`); `token_logprobs_reference` is the textbook log_softmax they compute (tests: equal).
+   (logprobs.py: `token_logprobs`; `token_logprobs_reference` is the textbook log_softmax, tests: equal).
 Many processes (torchrun): distributed.py says how each normaliser is made global.
 """
 import copy
@@ -32,7 +32,7 @@ import torch
 import rewards
 from config import RECIPES, GRPOConfig  # noqa: F401 (grpo.GRPOConfig and grpo.RECIPES, as they always were)
 from distributed import everywhere_finite, global_mean, global_std, same_count, unwrap
-from kernels import linear_logprobs_and_entropy, token_logprobs_and_entropy
+from logprobs import token_logprobs, vocab_logprobs
 from rollouts import lagged_batch, minibatch_rows, rollout, sample_batch
 from stats import StepStats, batch_stats, update_stats
 
@@ -114,52 +114,10 @@ def group_advantages(rewards, G, norm="group", eps=1e-4):
 
 # ---------------------------------------------------------------- 2. log-probs
 
-def token_logprobs_reference(model, tokens, mask, loss_mask, temperature=1.0, support=None):
-    """log pi(target | prefix) and the entropy there, for the targets in loss_mask, the textbook way.
-
-    tokens, mask (B, L). The model reads tokens[:, :-1] and predicts the targets tokens[:, 1:]; loss_mask
-    (B, T = L - 1), made once in rollouts.py, marks the completion targets. Returns logp, entropy (B, T),
-    zero outside loss_mask: what token_logprobs computes fast."""
-    logp_all = vocab_logprobs(model, tokens, mask, loss_mask, temperature, support)  # (n, V)
-    logp = logp_all.gather(-1, tokens[:, 1:][loss_mask][:, None])[:, 0]  # (n,) the sampled token's
-    entropy = -(logp_all.exp() * logp_all.nan_to_num(neginf=0.0)).sum(-1)  # (n,) 0 log 0 = 0 off the support
-    zeros = logp.new_zeros(loss_mask.shape)  # (B, T)
-    return zeros.masked_scatter(loss_mask, logp), zeros.masked_scatter(loss_mask, entropy)
-
-
-def vocab_logprobs(model, tokens, mask, loss_mask, temperature=1.0, support=None):
-    """(n, V) log pi(v | prefix) of every token v of the vocabulary at the n completion positions of
-    loss_mask: log_softmax(logits / temperature). support (B, T, V) bool, DeepSeek-V3.2's "keep sampling
-    mask": only the tokens top-k / top-p left at sampling time (the rest -inf), what the sampler drew from."""
-    h = model(tokens[:, :-1], mask[:, :-1], hidden=True)[loss_mask]  # (n, d) completion positions only
-    logits = h @ model.lm_head_weight.t() / temperature  # (n, V)
-    if support is not None:
-        logits = logits.masked_fill(~support[loss_mask], float("-inf"))
-    return logits.log_softmax(-1)
-
-
-def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, fused=True, support=None, groups=None):
-    """token_logprobs_reference's (B, T) logp and entropy, fast: the kernels never make the (n, V) log-softmax
-    (kernels/logprobs.py), and fused=True (kernels/linear_logprobs.py) goes from the hidden states straight to
-    log-probs, so not even the (n, V) logits exist. Only completion positions reach the LM head: prompt and
-    padding cost no (V)-sized work. A kept support needs the (n, V) logits, and its mask one byte per logit.
-    groups (P, G), --share-prompts: G rows share their first P tokens, which the small GPT runs once a group."""
-    h = model(tokens[:, :-1], mask[:, :-1], hidden=True, groups=groups)  # (B, T, d)
-    h, targets = h[loss_mask], tokens[:, 1:][loss_mask]  # (n, d), (n,): completion positions only
-    if fused and support is None:
-        logp, ent = linear_logprobs_and_entropy(h, model.lm_head_weight, targets, temperature)
-    else:  # the (n, V) logits, masked to the kept support if there is one
-        logits = h @ model.lm_head_weight.t()  # (n, V)
-        if support is not None:
-            logits = logits.masked_fill(~support[loss_mask], float("-inf"))
-        logp, ent = token_logprobs_and_entropy(logits, targets, temperature)
-    zeros = logp.new_zeros(loss_mask.shape)  # (B, T)
-    return zeros.masked_scatter(loss_mask, logp), zeros.masked_scatter(loss_mask, ent)
-
-
 def batch_logprobs(model, batch, rows, loss_mask, cfg):
     """(b, T) log-probs and entropies of some rows of a batch under model (pi_theta, pi_old or pi_ref), as
-    the learner sees them: at learner_temperature(cfg), over the sampler's support with --keep-sampling-mask."""
+    the learner sees them: at learner_temperature(cfg), over the sampler's support with --keep-sampling-mask.
+    logprobs.py computes them (the kernels' path, and the textbook one it equals)."""
     support, groups = None if batch.support is None else batch.support[rows], (batch.prompt_len, cfg.group_size)
     return token_logprobs(model, batch.tokens[rows], batch.mask[rows], loss_mask[rows], learner_temperature(cfg),
                           cfg.fused_head, support, groups if cfg.share_prompts else None)

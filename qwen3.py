@@ -5,7 +5,7 @@
     model = load_pretrained("qwen3-0.6b-base", weights="qwen3-0.6B-rlvr-grpo-step00050.pth")  # a book checkpoint
     logits = model(idx)                            # (B, T, 151936)
 
-`Qwen3` has the GPT's interface, so `decoding.generate` and `grpo.token_logprobs` run it
+`Qwen3` has the GPT's interface, so `decoding.generate` and `logprobs.token_logprobs` run it
 unchanged: `forward(idx, mask, cache, hidden)`, `new_cache(B, L)` (one decoding.KVCache per
 layer, holding only the key/value heads), `lm_head_weight`, `cfg.vocab_size`,
 `cfg.max_seq_len`. Padding on either side is masked out of attention, and each row's

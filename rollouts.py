@@ -4,7 +4,7 @@
 
 `Rollouts` declares, once and with shapes, everything a GRPO step reads about its
 samples. Its masks over the targets `tokens[:, 1:]` (which target is a completion token,
-`loss_mask`; the sampler's log-probs of each) are made here, once; grpo.token_logprobs
+`loss_mask`; the sampler's log-probs of each) are made here, once; logprobs.token_logprobs
 feeds `tokens[:, :-1]` to the model and scores those same targets.
 Then the row plumbing for grpo.py (keeping whole groups, stacking rounds of different
 lengths, splitting a batch into minibatches of groups), `sample_batch`, one step's

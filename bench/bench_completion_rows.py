@@ -2,9 +2,9 @@
 
     python bench/bench_completion_rows.py            # default size and a long-prompt setting
 
-grpo.token_logprobs gathers the completion positions (the loss mask) before the LM head
-and the log-prob kernel, and scatters the results back. Before, every position of the
-(B, T) batch, prompt and padding included, went through the head and was masked after.
+logprobs.token_logprobs gathers the completion positions (the loss mask) before the LM head
+and the log-prob kernel, and scatters the results back. The other way, timed beside it, sends every position of the
+(B, T) batch, prompt and padding included, through the head and masks after.
 The transformer body runs on every position either way (attention needs the prompt);
 what the gather saves is the head + log-softmax work on prompt and padding rows, which
 grows with the vocabulary and the prompt length.
@@ -24,7 +24,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from grpo import token_logprobs  # noqa: E402
+from logprobs import token_logprobs  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 SETTINGS = {"default": (128, 30, 20, 287), "long prompt": (128, 400, 40, 287), "long, big V": (128, 400, 40, 32768)}

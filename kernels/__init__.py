@@ -7,6 +7,6 @@ weight; each file's docstring teaches its method. Triton is optional: without it
 Windows) both run on their chunked PyTorch paths.
 """
 from .linear_logprobs import linear_logprobs_and_entropy
-from .logprobs import token_logprobs_and_entropy
+from .logprobs import reference_logprobs_and_entropy, token_logprobs_and_entropy
 
-__all__ = ["token_logprobs_and_entropy", "linear_logprobs_and_entropy"]
+__all__ = ["token_logprobs_and_entropy", "linear_logprobs_and_entropy", "reference_logprobs_and_entropy"]

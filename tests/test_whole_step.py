@@ -4,7 +4,7 @@ Each test runs `grpo.grpo_step` on the tiny warm start (conftest.py; a few rows,
 seeds) with its flag on and off, and compares what the step did with what the flag must
 make it do, computed here from first principles:
 - log-probs and entropies from a plain float64 log_softmax of the model's full logits
-  (`logprobs`, `entropies`), never through grpo.py or kernels/;
+  (`logprobs`, `entropies`), never through grpo.py, logprobs.py or kernels/;
 - advantages from the rewards by the paper's formula in plain Python (`advantages`);
 - each token's weight in the update read from the gradient that reaches its log-prob
   (`Update.grad`, d loss / d logp_t), against that gradient written out by hand
@@ -23,6 +23,7 @@ import pytest
 import torch
 
 import grpo
+import logprobs as logprobs_py  # logprobs.py; `logprobs` below is this file's float64 reference
 import rewards
 import rollouts
 import tasks
@@ -803,8 +804,8 @@ def test_fused_head_goes_from_hidden_states_without_the_logits(warm_policy, tabl
     head weight in, no (n, V) logits out); unfused: through the logits. The same numbers."""
     calls = []
     for name in ("linear_logprobs_and_entropy", "token_logprobs_and_entropy"):
-        real = getattr(grpo, name)
-        monkeypatch.setattr(grpo, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+        real = getattr(logprobs_py, name)
+        monkeypatch.setattr(logprobs_py, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
     model, enc = warm_policy()
     cfg = GRPOConfig(**{**BASE, "minibatches": 2}, kl=0.1, fused_head=fused)
     step = run(model, enc, cfg, ref=perturbed(model))
