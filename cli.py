@@ -164,6 +164,14 @@ def checked_flags(argv):
     return args
 
 
+def print_config(args):
+    """--print-config: every resolved flag (the recipe's, the defaults, and what was typed) as JSON, after the
+    checks train.py makes and a warning for each typed flag that can do nothing with the others."""
+    check_args(args)
+    warn_inert_flags(args)
+    print(json.dumps({k: v for k, v in vars(args).items() if k not in ("print_config", "typed_flags")}, indent=2))
+
+
 def typed_flags(argv=None):
     """The names of the flags typed in argv: argparse gives a name its default only if the
     namespace lacks it, so a namespace that holds a marker under every name keeps the

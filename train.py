@@ -239,10 +239,8 @@ def log_samples(path, step, batch, G, n=4):
 if __name__ == "__main__":
     parser, args = cli.parse_args()
     try:
-        if args.print_config:  # every resolved flag: the recipe's, the defaults, and what was typed
-            cli.check_args(args)
-            cli.warn_inert_flags(args)
-            print(json.dumps({k: v for k, v in vars(args).items() if k not in ("print_config", "typed_flags")}, indent=2))
+        if args.print_config:  # every resolved flag, checked, without training
+            cli.print_config(args)
             raise SystemExit(0)
         main(args)
     except (ValueError, CheckpointError) as e:
