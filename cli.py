@@ -16,7 +16,6 @@ import math
 import os
 import platform
 import re
-import subprocess
 import sys
 import time
 from dataclasses import asdict, fields
@@ -25,6 +24,7 @@ import torch
 
 import config
 import distributed
+import provenance
 import rewards
 import sft
 import tasks
@@ -488,38 +488,15 @@ def start_run(args):
 
 
 def run_config(args, cfg, device, policy, run_dir):
-    """What config.json holds: every resolved flag, the GRPOConfig, versions, device, the code's commit
-    and the machine (results.jsonl names both for each recorded run)."""
+    """What config.json holds: every resolved flag, the GRPOConfig, versions, device, the code's commit, each
+    source file's hash and which differ from the commit, the machine and its rounding (provenance.py)."""
     return {**vars(args), "grpo": asdict(cfg), "device": device,
             "dtype": "bfloat16 autocast" if device == "cuda" else "float32", "versions": versions(),
             "weights_dtype": str(next(policy.parameters()).dtype).removeprefix("torch."),
-            "run_dir": run_dir, "processes": distributed.world(), "commit": code_commit(), "machine": machine()}
-
-
-def code_commit():
-    """The git commit of the code a run ran, '+changes' after it if a top-level .py file, kernels/ or a
-    shipped checkpoint differs from it; None outside a git checkout."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=here, capture_output=True, text=True,
-                             timeout=10)
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(glob)*.py",
-                                  "kernels", "checkpoints"], cwd=here, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if sha.returncode != 0:
-        return None
-    return sha.stdout.strip() + ("+changes" if changed.stdout.strip() else "")
-
-
-def machine():
-    """'x86_64, 2 CPUs (AMD EPYC)': the kind of machine, as far as floating-point order goes."""
-    model = None
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
-    gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
-    return f"{platform.machine()}, {os.cpu_count()} CPUs{f' ({model})' if model else ''}{gpu}"
+            "run_dir": run_dir, "processes": distributed.world(), "commit": provenance.code_commit(),
+            "machine": provenance.machine(), "rounding": provenance.rounding_name(args.threads),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the vector width PyTorch's kernels used
+            "code": provenance.code_record()}
 
 
 def open_run_folder(args, cfg, device, policy, run_dir, state, pool, evalset, log):
@@ -542,11 +519,13 @@ def resume_state(args):
     run_dir = args.resume.rstrip("/")
     if not os.path.isdir(run_dir):
         raise ValueError(f"--resume: no run folder {run_dir}")
+    config = {}
     if os.path.exists(os.path.join(run_dir, "config.json")):
         with open(os.path.join(run_dir, "config.json")) as f:
-            if json.load(f).get("model"):
-                raise ValueError(f"--resume: {run_dir} trained --model, which keeps no optimizer state; start a new "
-                                 f"run from its weights with --model {run_dir}/model_step<N>")
+            config = json.load(f)
+        if config.get("model"):
+            raise ValueError(f"--resume: {run_dir} trained --model, which keeps no optimizer state; start a new "
+                             f"run from its weights with --model {run_dir}/model_step<N>")
     path = os.path.join(run_dir, "ckpt_latest.pt")
     if not os.path.exists(path):
         raise CheckpointError(f"--resume: {run_dir} has no ckpt_latest.pt (the run stopped before its first save)")
@@ -562,6 +541,10 @@ def resume_state(args):
     if ignored and distributed.rank() == 0:
         print(f"train.py: warning: {', '.join(ignored)} ignored: a resumed run keeps its saved flags (only --steps, "
               "--threads and --device apply)", file=sys.stderr)
+    changed = provenance.code_changes(config) if config else []
+    if changed:  # one curve comes from one version of the code
+        raise ValueError(f"--resume: {run_dir} ran other code ({provenance.changes_text(changed)}): one curve comes "
+                         "from one version of the code; restore the code it ran, or start a new run")
     if saved.rollout_lag:
         raise ValueError(f"--resume: {run_dir} trains with --rollout-lag, whose queue of sampled batches is not in "
                          f"its checkpoint; start a new run from its weights with --init {path}")

@@ -29,6 +29,8 @@ the chapter's runs); the comparisons of GRPO's variants run our default (16 prom
 import argparse
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -38,6 +40,7 @@ import torch
 
 import cli
 import plot
+import provenance
 import report
 from report import LESSONS
 
@@ -255,7 +258,8 @@ GROUPS = {  # names that stand for several experiments on the command line
 }
 OWN_FLAGS = {  # train.py flags experiments.py sets for each run, refused after --, and what to use instead
     "--seed": "use --seeds", "--steps": "use experiments.py's own --steps", "--runs-dir": "use --runs-dir before --",
-    "--run-name": "each run's is seed<k>", "--resume": "the suite resumes an interrupted run itself"}
+    "--run-name": "each run's is seed<k>", "--resume": "the suite resumes an interrupted run itself",
+    "--threads": "use --rounding threads2"}
 
 
 # ---------------------------------------------------------------- what to run
@@ -294,11 +298,11 @@ def train_flags(name, seed=None, extra=()):
     return merge_flags(COMMON, EXPERIMENTS[name][0], [] if seed is None else ["--seed", str(seed)], extra)
 
 
-def command(name, seed, runs_dir, extra=(), nproc=1):
+def command(name, seed, runs_dir, extra=(), nproc=1, folder=None):
     """The command that starts one run: train.py with the experiment's flags, one CPU thread unless extra says
-    otherwise, in runs_dir/NAME/seed<k>."""
+    otherwise, in runs_dir/FOLDER/seed<k> (FOLDER: the experiment's name, or NAME+LABEL)."""
     return [*launcher(nproc), *train_flags(name, seed, ["--threads", "1", *extra]),
-            "--runs-dir", os.path.join(runs_dir, name), "--run-name", f"seed{seed}"]
+            "--runs-dir", os.path.join(runs_dir, folder or name), "--run-name", f"seed{seed}"]
 
 
 def launcher(nproc):
@@ -313,26 +317,48 @@ class Run(NamedTuple):
     name: str
     seed: int
     cmd: list        # the command that starts it afresh
-    folder: str      # runs_dir/NAME/seed<k>
+    folder: str      # RUNS_DIR/NAME/seed<k>; RUNS_DIR-<rounding> under a rounding, NAME+LABEL for edited code
     args: argparse.Namespace  # train.py's resolved flags (cli.checked_flags)
+    rounding: str = "plain"   # provenance.ROUNDINGS: how its floats are summed
+    label: str = ""  # what sets it beside the experiment's own runs: the files edited, or --label
+
+    def title(self):
+        """'default seed 0', 'default+grpo.py seed 0', 'default seed 0 (avx2)': how the progress lines name it."""
+        rounding = f" ({self.rounding})" if self.rounding != "plain" else ""
+        return f"{self.name}{'+' * bool(self.label)}{self.label} seed {self.seed}{rounding}"
 
 
-def plan(names, seeds, runs_dir, steps=None, extra=(), nproc=1):
-    """[Run] of each experiment and seed, every one's flags checked as train.py checks them (ValueError,
+def label_of(label=None):
+    """The label that sets a suite's runs beside the experiment's own (NAME+LABEL): --label, else the source
+    files a run imports that differ from the git commit ('grpo.py', 'grpo.py+rewards.py'), else none."""
+    if label:
+        if not re.fullmatch(r"[\w.,=-]+", label):
+            raise ValueError(f"--label {label!r}: letters, digits and . , = - _ only (it names a folder)")
+        return label
+    return "+".join(provenance.edited_files(provenance.source_files()) or [])
+
+
+def plan(names, seeds, runs_dir, steps=None, extra=(), nproc=1, roundings=("plain",), label=""):
+    """[Run] of each rounding, experiment and seed, every one's flags checked as train.py checks them (ValueError,
     one line, before anything runs): extra's unknown flags, a value train.py refuses, one of OWN_FLAGS."""
     for flag, instead in OWN_FLAGS.items():
         if any(token == flag or token.startswith(flag + "=") for token in extra):
             raise ValueError(f"{flag} after -- is experiments.py's to set for each run: {instead}")
     runs = []
-    for name in names:
-        for seed in seeds:
-            cmd = command(name, seed, runs_dir, [*extra, *(["--steps", str(steps)] if steps else [])], nproc)
-            try:
-                args = cli.checked_flags(cmd[cmd.index("train.py") + 1:])
-            except ValueError as e:
-                what = "a flag after --" if extra else "its flags"
-                raise ValueError(f"{name} seed {seed}: train.py refuses {what}: {e}") from None
-            runs.append(Run(name, seed, cmd, os.path.join(runs_dir, name, f"seed{seed}"), args))
+    for rounding in roundings:
+        threads = ["--threads", str(provenance.ROUNDINGS[rounding][0])]
+        for name in names:
+            folder = f"{name}+{label}" if label else name
+            for seed in seeds:
+                flags = [*threads, *extra, *(["--steps", str(steps)] if steps else [])]
+                cmd = command(name, seed, provenance.rounding_dir(runs_dir, rounding), flags, nproc, folder)
+                try:
+                    args = cli.checked_flags(cmd[cmd.index("train.py") + 1:])
+                except ValueError as e:
+                    what = "a flag after --" if extra else "its flags"
+                    raise ValueError(f"{name} seed {seed}: train.py refuses {what}: {e}") from None
+                runs.append(Run(name, seed, cmd, os.path.join(provenance.rounding_dir(runs_dir, rounding), folder, f"seed{seed}"),
+                                args, rounding, label))
     return runs
 
 
@@ -388,7 +414,14 @@ def state(run):
         has_run = os.path.exists(os.path.join(run.folder, "metrics.jsonl"))
         return ("differs", ["no config.json beside its metrics.jsonl"]) if has_run else ("new", "")
     with open(config_path) as f:
-        differ = flags_that_differ(json.load(f), run.args)
+        config = json.load(f)
+    differ = flags_that_differ(config, run.args)
+    rounding = config.get("rounding", provenance.rounding_name(config.get("threads", 1), {}))
+    if rounding != run.rounding:
+        differ.append(f"rounding: {rounding} there, {run.rounding} asked")
+    changed = provenance.code_changes(config)
+    if changed:  # one curve comes from one version of the code: never skipped, never resumed under another
+        differ.append(f"code: {provenance.changes_text(changed)}")
     if differ:
         return "differs", differ
     done = last_step(run.folder)
@@ -427,8 +460,7 @@ def run_suite(runs, jobs, rerun=False, nproc=1):
     states = [state(r) for r in runs]
     differing = [(r, d) for r, (s, d) in zip(runs, states) if s == "differs"]
     if differing and not rerun:
-        raise ValueError("\n".join(f"{r.folder} holds a run with other flags ({'; '.join(d)}): --rerun moves it "
-                                   f"aside and runs it again" for r, d in differing))
+        raise ValueError("\n".join(refusal(r, d) for r, d in differing))
     progress = Progress(runs, states, jobs)
     pending = [(r, s) for r, s in zip(runs, states)]
     running = []  # (Popen, run, log file, what it was)
@@ -447,14 +479,35 @@ def run_suite(runs, jobs, rerun=False, nproc=1):
                 progress.ended(job[1], job[3], job[0].returncode)
     except KeyboardInterrupt:
         for proc, run, log, _ in running:
-            proc.terminate()
-            proc.wait()
+            stop(proc)
             log.close()
         raise SystemExit(f"\nexperiments.py: stopped with {len(running)} run(s) under way and {len(pending)} not "
                          "started; the same command continues the suite (finished runs are skipped, the rest "
                          "resume)")
     progress.summary()
     return progress.outcome
+
+
+def stop(proc):
+    """End a run's process after Ctrl-C. A terminal's Ctrl-C reaches it too: it stops on its own and its log says
+    so in one line; one that has not after 5 s (the suite alone was interrupted) is sent Ctrl-C's signal, and
+    one still running 30 s later is killed."""
+    for sig, wait in ((None, 5), (signal.SIGINT, 30), (signal.SIGKILL, None)):
+        if sig is not None:
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def refusal(run, differ):
+    """The one line that refuses a folder holding a run of other flags or of other code."""
+    code = any(d.startswith("code: ") for d in differ)
+    what = "of other code" if code and len(differ) == 1 else "of other code and flags" if code else "with other flags"
+    beside = ", --label NAME runs this code beside it" if code else ""
+    return f"{run.folder} holds a run {what} ({'; '.join(differ)}): --rerun moves it aside and runs it again{beside}"
 
 
 def launch(run, what, detail, nproc, progress):
@@ -468,13 +521,14 @@ def launch(run, what, detail, nproc, progress):
     elif what == "new":
         what = "started"
     cmd = run.cmd if what != "resume" else [*launcher(nproc), "--resume", run.folder, "--threads", str(run.args.threads)]
+    env = {**os.environ, **provenance.ROUNDINGS[run.rounding][1]}  # a rounding's vector width, for this run only
     what = f"resumed at step {detail}" if what == "resume" else what
     os.makedirs(run.folder, exist_ok=True)
     log = open(os.path.join(run.folder, "train.log"), "a")
     log.write(f"\n=== experiments.py, {time.strftime('%Y-%m-%d %H:%M:%S')}: {what}: {' '.join(cmd[1:])}\n")
     log.flush()
     progress.said(run, what, "resumed" if what.startswith("resumed") else "started")
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), run, log, what
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), run, log, what
 
 
 class Progress:
@@ -484,10 +538,10 @@ class Progress:
 
     def __init__(self, runs, states, jobs):
         self.runs, self.jobs, self.t0 = runs, jobs, time.time()
-        self.index = {(r.name, r.seed): i + 1 for i, r in enumerate(runs)}
+        self.index = {r.folder: i + 1 for i, r in enumerate(runs)}
         self.work = {r.name: work(r.args) for r in runs}
         self.outcome, self.started = {}, {}
-        self.left = {(r.name, r.seed): r.args.steps - (s[1] if s[0] in ("finished", "resume") and s[1] else 0)
+        self.left = {r.folder: (r.name, r.args.steps - (s[1] if s[0] in ("finished", "resume") and s[1] else 0))
                      for r, s in zip(runs, states)}
         self.seconds_a_step = {}  # experiment -> [s/step of each of its finished runs]
         for r, (s, _) in zip(runs, states):
@@ -504,28 +558,27 @@ class Progress:
             return "time left: known once a run has finished"
         rate = lambda name: sum(self.seconds_a_step[name]) / len(self.seconds_a_step[name]) \
             if name in self.seconds_a_step else per_unit[len(per_unit) // 2] * self.work[name]  # noqa: E731
-        seconds = sum(self.left[k] * rate(k[0]) for k in self.left) / self.jobs
+        seconds = sum(steps * rate(name) for name, steps in self.left.values()) / self.jobs
         return f"about {seconds / 60:.0f} min left"
 
     def said(self, run, what, outcome):
-        key = (run.name, run.seed)
+        key = run.folder
         self.outcome[key] = outcome
         self.started[key] = time.time()
         if outcome == "skipped":
-            self.left[key] = 0
-        print(f"[{self.index[key]}/{len(self.runs)}] {run.name} seed {run.seed}: {what} ... "
+            self.left[key] = (run.name, 0)
+        print(f"[{self.index[key]}/{len(self.runs)}] {run.title()}: {what} ... "
               f"{(time.time() - self.t0) / 60:.1f} min so far, {self.time_left()}", flush=True)
 
     def note(self, run, text):
-        print(f"[{self.index[(run.name, run.seed)]}/{len(self.runs)}] {run.name} seed {run.seed}: {text}", flush=True)
+        print(f"[{self.index[run.folder]}/{len(self.runs)}] {run.title()}: {text}", flush=True)
 
     def ended(self, run, what, returncode):
-        key = (run.name, run.seed)
+        key = run.folder
         minutes = (time.time() - self.started[key]) / 60
         if returncode == 0:
-            steps = self.left[key]
-            self.learn(run.name, minutes * 60, steps)
-            self.left[key] = 0
+            self.learn(run.name, minutes * 60, self.left[key][1])
+            self.left[key] = (run.name, 0)
             self.note(run, f"done in {minutes:.1f} min")
         else:
             self.outcome[key] = "failed"
@@ -537,11 +590,11 @@ class Progress:
         print(f"\n{len(self.runs)} runs in {(time.time() - self.t0) / 60:.1f} min: {counts['started']} started, "
               f"{counts['resumed']} resumed, {counts['skipped']} skipped (finished already), {counts['failed']} failed")
         for run in self.runs:
-            if self.outcome.get((run.name, run.seed)) == "failed":
+            if self.outcome.get(run.folder) == "failed":
                 log = os.path.join(run.folder, "train.log")
                 with open(log) as f:
                     tail = f.read().splitlines()[-6:]
-                print(f"failed: {run.name} seed {run.seed}, {log}:\n" + "\n".join("    " + line for line in tail))
+                print(f"failed: {run.title()}, {log}:\n" + "\n".join("    " + line for line in tail))
 
 
 def work(args):
@@ -590,22 +643,76 @@ def figures(runs_dir, out_dir, names):
     return drawn
 
 
-def records_of(runs_dir, seeds=None):
-    """results.jsonl's lines for each finished run in runs_dir that ran its experiment's flags exactly (at any
-    --threads; seeds: all found). A run with other flags (--steps, or flags after --) is left out, and said."""
+REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")  # shipped runs: reference/NAME/seed<k>
+
+
+def beside_figures(runs_dir, out_dir, names, label, edited):
+    """Each experiment's labelled runs (RUNS_DIR/NAME+LABEL) beside runs of the unmodified code: the seeds of
+    RUNS_DIR/NAME that ran a commit's code as it is, else the shipped reference runs (reference/NAME), into
+    out_dir/exp_NAME+LABEL.png, the figure saying where each came from -> the paths drawn."""
+    drawn = []
+    for name in names:
+        mine = plot.seed_folders(os.path.join(runs_dir, f"{name}+{label}"))
+        if not mine:
+            continue
+        base, where = unmodified_runs(runs_dir, name)
+        ours = f"{name}, {provenance.edit_label(label.split('+')) if edited else label}"
+        if not base:
+            print(f"no runs of {name}'s unmodified code to draw beside {ours}: `git stash`, `python experiments.py "
+                  f"{name} --seeds ...`, `git stash pop`, then this command again")
+        metrics = next((m for members, m in COMPARISONS.values() if name in members), "eval_acc,reward,entropy,resp_len")
+        os.makedirs(out_dir, exist_ok=True)
+        drawn.append(os.path.join(out_dir, f"exp_{name}+{label}.png"))
+        labels = [x for f, x in ((base, name), (mine, ours)) if f]
+        note = "; ".join(filter(None, [where, f"{ours}: {seeds_text(mine)} of this code"]))
+        subprocess.run([sys.executable, "plot.py", *base, *mine, "--metrics", metrics, "--out", drawn[-1], "--note", note,
+                        *(a for x in labels for a in ("--label", x))], check=True, stdout=subprocess.DEVNULL)
+    return drawn
+
+
+def unmodified_runs(runs_dir, name):
+    """(seed folders, where they came from) of an experiment's runs of a commit's code, unedited: the learner's
+    own in runs_dir/NAME, else the shipped reference/NAME; ([], '') without either."""
+    for folder, whose in ((os.path.join(runs_dir, name), "your runs"), (os.path.join(REFERENCE, name), "shipped runs")):
+        found = []
+        for seed in plot.seed_folders(folder):
+            with open(os.path.join(seed, "config.json")) as f:
+                config = json.load(f)
+            if (config.get("code") or {}).get("edited") == []:
+                found.append((seed, config))
+        if found:
+            commits = sorted({str(c.get("commit")) for _, c in found})
+            machines = sorted({str(c.get("machine")) for _, c in found})
+            return [f for f, _ in found], (f"{name}: {whose}, {seeds_text([f for f, _ in found])} of commit "
+                                           f"{', '.join(commits)} on {'; '.join(machines)}")
+    return [], ""
+
+
+def seeds_text(folders):
+    """'seeds 0, 1' of a list of seed<k> folders."""
+    seeds = [os.path.basename(f)[4:] for f in folders]
+    return f"seed{'s' * (len(seeds) > 1)} {', '.join(seeds)}"
+
+
+def records_of(runs_dir, roundings=("plain",)):
+    """results.jsonl's lines for each finished run in runs_dir (and its roundings' folders) that ran its
+    experiment's flags exactly, and the commit's code unedited. Any other run (--steps, flags after --, edited
+    code, not finished) is left out, and said on stderr with why."""
     records = []
-    for name in EXPERIMENTS:
-        for folder in plot.seed_folders(os.path.join(runs_dir, name)):
+    for rounding, name in ((rounding, name) for rounding in roundings for name in EXPERIMENTS):
+        for folder in plot.seed_folders(os.path.join(provenance.rounding_dir(runs_dir, rounding), name)):
             seed = int(os.path.basename(folder)[4:])
+            run = plan([name], [seed], runs_dir, roundings=[rounding])[0]
+            what, detail = state(run)
             with open(os.path.join(folder, "config.json")) as f:
-                saved = json.load(f)
-            run = plan([name], [seed], runs_dir, extra=["--threads", str(saved.get("threads", 1))])[0]
-            differ = flags_that_differ(saved, run.args)
-            if differ or last_step(folder) < run.args.steps:
-                print(f"not recorded: {folder} ({'; '.join(differ) or 'not finished'})", file=sys.stderr)
+                edited = (json.load(f).get("code") or {}).get("edited")
+            why = ("; ".join(detail) if what == "differs" else "not finished" if what != "finished"
+                   else f"{', '.join(edited)} edited" if edited else None)
+            if why:
+                print(f"not recorded: {folder} ({why})", file=sys.stderr)
                 continue
-            records.append(report.run_record(name, seed, folder, train_flags(name, seed, ["--threads",
-                                                                                          str(run.args.threads)]),
+            threads = ["--threads", str(run.args.threads)]
+            records.append(report.run_record(name, seed, folder, train_flags(name, seed, threads),
                                              profiled=name == "default"))
     return records
 
@@ -630,17 +737,23 @@ def main(args):
     names = experiment_names([n for n in args.names if n not in ("table", "check")])
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be >= 1, got {args.steps}")
+    roundings = list(dict.fromkeys(x.strip() for x in args.rounding.split(",") if x.strip()))
+    provenance.check_roundings(roundings)
     if names:
-        runs = plan(names, args.seeds, args.runs_dir, args.steps, args.extra, args.nproc)
+        label = label_of(args.label)
+        runs = plan(names, args.seeds, args.runs_dir, args.steps, args.extra, args.nproc, roundings, label)
         run_suite(runs, args.jobs, args.rerun, args.nproc)
-        figures_dir = args.figures or os.path.join(args.runs_dir, "figures")
-        drawn = figures(args.runs_dir, figures_dir, names)
-        print(f"figures: {', '.join(drawn) or 'none'}; the table: python experiments.py table"
-              + (f" --runs-dir {args.runs_dir}" if args.runs_dir != "runs/exp" else ""))
+        for rounding in roundings:
+            runs_dir = provenance.rounding_dir(args.runs_dir, rounding)
+            figures_dir = args.figures or os.path.join(runs_dir, "figures")
+            drawn = (beside_figures(runs_dir, figures_dir, names, label, args.label is None) if label
+                     else figures(runs_dir, figures_dir, names))
+            print(f"figures: {', '.join(drawn) or 'none'}; the table: python experiments.py table"
+                  + (f" --runs-dir {runs_dir}" if runs_dir != "runs/exp" else ""))
     if "table" in args.names:
         print(report.table(args.runs_dir, list(EXPERIMENTS)))
         if args.write:
-            new = records_of(args.runs_dir)
+            new = records_of(args.runs_dir, roundings)
             old = report.load_results(args.results) if os.path.exists(args.results) else []
             report.write_results(report.merge_results(old, new, list(EXPERIMENTS)), args.results)
             changed = report.write_pages(report.load_results(args.results))
@@ -649,7 +762,7 @@ def main(args):
     if "check" in args.names:
         lines, _ = report.check_runs(report.load_results(args.results), args.runs_dir)
         print("\n".join(lines) or f"no run of {args.results} in {args.runs_dir}")
-        if any(" in results.jsonl" in line for line in lines):
+        if any(" in results.jsonl" in line or ": DIFFERS (" in line for line in lines):
             raise SystemExit(1)
 
 
@@ -675,6 +788,12 @@ def get_parser():
     ap.add_argument("--runs-dir", default="runs/exp", help="where the run folders go, NAME/seed<k>/ (default: runs/exp)")
     ap.add_argument("--figures", default=None, metavar="DIR",
                     help="where the comparison PNGs go (default: RUNS_DIR/figures; figures re-draws the shipped ones)")
+    ap.add_argument("--rounding", default="plain", metavar="NAMES",
+                    help="comma-separated roundings to run under, each into RUNS_DIR-<name> but plain: "
+                         f"{', '.join(f'{k} ({v[2]})' for k, v in provenance.ROUNDINGS.items())} (default: plain)")
+    ap.add_argument("--label", default=None,
+                    help="runs go to RUNS_DIR/NAME+LABEL and are drawn beside NAME's own (default: the source files "
+                         "edited since the git commit, if any, as in default+grpo.py)")
     ap.add_argument("--rerun", action="store_true",
                     help="a folder that holds a run with other flags is moved aside and run again (default: refused)")
     ap.add_argument("--write", action="store_true",

@@ -114,6 +114,27 @@ PANELS = {
         ("held-out accuracy, sampled as the rollouts are", "bars", ["eval_sampled_acc"]),
     ],
 }
+# --metrics: each panel titled in words (a key without a title here keeps its own name)
+TITLES = {
+    "eval_acc": "held-out accuracy, greedy", "eval_sampled_acc": "held-out accuracy, sampled as the rollouts are",
+    "eval_pass_at_k": "held-out pass@k", "eval_distinct": "different right answers a problem",
+    "reward": "reward", "reward_correct": "right answers' share", "reward_format": "answers in think format",
+    "resp_len": "answer length (tokens)", "resp_len_wrong": "wrong answers' length (tokens)",
+    "truncated_frac": "answers cut at the token cap", "entropy": "learner's entropy a token (nats)",
+    "sampler_entropy": "sampler's entropy a token (nats)", "clip_frac": "tokens where PPO's clip binds",
+    "clip_frac_high": "tokens where the high clip binds", "ratio_max": "largest ratio pi / pi_old",
+    "clip_high_lowp_frac": "of the high-clipped tokens, those below p 0.2", "ppo_kl": "KL(pi_old || pi), approx.",
+    "kl": "KL to the reference, as estimated", "kl_exact": "KL to the reference, exact",
+    "kl_rel_gap": "the KL estimate's relative error", "zero_std_frac": "groups with no reward variance",
+    "signal_groups": "groups with signal a step", "adv_mean": "advantage mean", "adv_std": "advantage std",
+    "adv_correct_corr": "advantage's correlation with correctness", "sampler_gap": "|log pi_old - log pi_sampler|",
+    "sampler_kl_k3": "KL(sampler || pi_old) a token, k3", "tis_weight_max": "largest weight pi_old / pi_sampler",
+    "tis_weight_mean": "mean weight pi_old / pi_sampler", "tis_weight_above_2": "tokens whose weight passes 2",
+    "grad_norm_max": "largest gradient norm, before its limit", "neg_ratio_above_3": "wrong answers' tokens, ratio > 3",
+    "neg_sampler_kl": "wrong answers' distance from the sampler", "neg_far_frac": "answers a mask at 0.1 would drop",
+    "pg_k1": "the policy gradient as a naive KL's beta", "logratio_std_token": "spread of log pi / pi_old, tokens",
+    "logratio_std_seq": "spread of log pi / pi_old, answers", "loss": "loss",
+}
 # A metric whose every value lies below its floor here is float rounding, not a signal: its panel
 # is drawn from 0 to the floor and says so (sampler_gap: the KV-cache sampler and the learner's
 # forward are the same policy computed twice, ~1e-7 nats apart, when nothing else separates them)
@@ -411,7 +432,8 @@ def build_figure(runs, subplots, frac, suptitle):
         draw_subplot(ax, runs, title, kind, keys, frac)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
-    fig.suptitle(textwrap.fill(suptitle, int(figsize[0] * TITLE_CHARS_PER_INCH)), fontsize=12)
+    width = int(figsize[0] * TITLE_CHARS_PER_INCH)
+    fig.suptitle("\n".join(textwrap.fill(line, width) for line in suptitle.split("\n")), fontsize=12)
     figure_legend(fig, axes.flat[:n], [name for name, _ in runs], figsize[0])
     # the constrained layout settles in two passes: the tick labels it made room for in the first
     # can change once the panels shrink (0.20 -> 0.200), and would be cut at the edge
@@ -435,9 +457,15 @@ def figure_legend(fig, axes, names, width):
 
 
 def metric_subplots(names):
-    """--metrics: one subplot per name; `a+b` draws keys a and b in one subplot (solid,
-    dashed); eval_* keys are per-eval-step fractions, as bars."""
-    return [(k, "bars" if k.startswith("eval_") else "line", k.split("+")) for k in names]
+    """--metrics: one subplot per name, titled in words (TITLES); `a+b` draws keys a and b in one subplot
+    (solid, dashed); eval_* keys are per-eval-step fractions, as bars."""
+    return [(panel_title(k.split("+")), "bars" if k.startswith("eval_") else "line", k.split("+")) for k in names]
+
+
+def panel_title(keys):
+    """'learner's entropy a token (nats)'; for two keys in one panel, 'a (solid), b (dashed)'."""
+    words = [TITLES.get(k, k) for k in keys]
+    return words[0] if len(words) == 1 else ", ".join(f"{w} ({ls})" for w, ls in zip(words, ["solid", "dashed", "dotted"]))
 
 
 def output_paths(groups, out, first_run):
@@ -513,7 +541,12 @@ def main(args):
     except (RunError, OSError) as e:
         print(f"plot.py: error: {e}", file=sys.stderr)
         sys.exit(2)
-    title = ", ".join(name for name, _ in runs)
+    if args.label:  # the runs' names as the caller gives them, in the order of RUN
+        if len(args.label) != len(runs):
+            print(f"plot.py: error: {len(args.label)} --label for {len(runs)} runs", file=sys.stderr)
+            sys.exit(2)
+        runs = [(label, recs) for label, (_, recs) in zip(args.label, runs)]
+    title = ", ".join(name for name, _ in runs) + (f"\n{args.note}" if args.note else "")
     if args.metrics:
         names = split_list(args.metrics)
         groups = {"metrics": metric_subplots(names)}
@@ -572,6 +605,9 @@ def build_parser():
     p.add_argument("--samples", action="store_true",
                    help="print each run's answers to its fixed held-out problems at every evaluation "
                         "(answers.jsonl), instead of drawing")
+    p.add_argument("--label", action="append", default=None, metavar="NAME",
+                   help="the name of a run in the legend, once per RUN in their order (default: each folder's name)")
+    p.add_argument("--note", default=None, help="a line under the figure's title: where its runs came from")
     p.add_argument("--smooth", type=parse_smooth, default=0.25,
                    help="moving-average window as a fraction of the points so far "
                         "(trailing; 0 = raw values only)")

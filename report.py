@@ -19,6 +19,7 @@ import os
 import re
 
 import plot
+import provenance
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(ROOT, "results.jsonl")
@@ -365,8 +366,9 @@ def table(runs_dir, names=None):
     """Markdown of the runs in runs_dir: one row per experiment, mean ± std over its seeds; then
     the fixes, and each lesson seed by seed."""
     summaries = summaries_from_runs(runs_dir, names)
-    return "\n".join([experiments_table(summaries), "", fixes_table(summaries)]
-                     + [lesson_table(lesson, summaries) for lesson in LESSONS if not lesson.startswith("fix_")])
+    parts = [experiments_table(summaries), fixes_table(summaries)]
+    parts += [lesson_table(lesson, summaries) for lesson in LESSONS if not lesson.startswith("fix_")]
+    return "\n\n".join(part for part in parts if part)  # a part without runs leaves no blank lines
 
 
 def experiments_table(summaries, names=None):
@@ -519,16 +521,21 @@ def run_record(name, seed, folder, flags, profiled=False):
     with open(os.path.join(folder, "config.json")) as f:
         config = json.load(f)
     rows = plot.read_metrics(os.path.join(folder, "metrics.jsonl"))
-    record = {"experiment": name, "seed": seed, "threads": config.get("threads", 1), "flags": " ".join(flags),
-              "commit": config.get("commit"), "machine": config.get("machine"),
+    record = {"experiment": name, "seed": seed, "rounding": rounding_of(config), "threads": config.get("threads", 1),
+              "flags": " ".join(flags), "commit": config.get("commit"), "machine": config.get("machine"),
               "summary": round_numbers(run_summary(rows))}
     if profiled:
         record["profile"] = round_numbers(metric_profile(rows))
     return record
 
 
+def rounding_of(config):
+    """The rounding a run folder's config.json names (runs older than that record: by their threads)."""
+    return config.get("rounding") or provenance.rounding_name(config.get("threads", 1), {})
+
+
 def record_key(r):
-    return r["experiment"], r["seed"], r["threads"]
+    return r["experiment"], r["seed"], r["rounding"]
 
 
 def load_results(path=RESULTS):
@@ -542,7 +549,7 @@ def load_results(path=RESULTS):
         for lineno, line in enumerate(f, start=1):
             try:
                 record = json.loads(line)
-                missing = [k for k in ("experiment", "seed", "threads", "flags", "summary") if k not in record]
+                missing = [k for k in ("experiment", "seed", "rounding", "flags", "summary") if k not in record]
             except ValueError as e:
                 raise ResultsError(f"{path}:{lineno}: not a whole JSON line (cut, or edited by hand): {e}") from None
             if missing:
@@ -559,20 +566,22 @@ def write_results(records, path=RESULTS):
 
 
 def merge_results(old, new, order):
-    """old's records with new's in place of those of the same (experiment, seed, threads), sorted by
-    threads, then by `order` (experiment names), then by seed."""
+    """old's records with new's in place of those of the same (experiment, seed, rounding), sorted by
+    rounding (provenance.ROUNDINGS' order), then by `order` (experiment names), then by seed."""
     merged = {record_key(r): r for r in old}
     merged.update({record_key(r): r for r in new})
     rank = {name: i for i, name in enumerate(order)}
-    return sorted(merged.values(), key=lambda r: (r["threads"], rank.get(r["experiment"], len(rank)),
+    rounding = {name: i for i, name in enumerate(provenance.ROUNDINGS)}
+    return sorted(merged.values(), key=lambda r: (rounding.get(r["rounding"], len(rounding)), r["rounding"],
+                                                  rank.get(r["experiment"], len(rank)),
                                                   r["experiment"], r["seed"]))
 
 
-def summaries_from_results(records, threads=1):
-    """{experiment: {"seed<k>": summary}} of the records at one thread setting, in their order."""
+def summaries_from_results(records, rounding="plain"):
+    """{experiment: {"seed<k>": summary}} of the records under one rounding, in their order."""
     out = {}
     for r in records:
-        if r["threads"] == threads:
+        if r["rounding"] == rounding:
             out.setdefault(r["experiment"], {})[f"seed{r['seed']}"] = r["summary"]
     return out
 
@@ -589,25 +598,82 @@ def differences(recorded, found, path=""):
     return [] if same else [(path, recorded, found)]
 
 
-def check_runs(records, runs_dir):
-    """Each recorded run that has a folder in runs_dir (EXPERIMENT/seed<k>, at its thread setting) against its
-    summary there -> (lines, number of runs checked): one line a run, 'as recorded' or its first differing number."""
-    lines, checked = [], 0
-    for r in records:
-        folder = os.path.join(runs_dir, r["experiment"], f"seed{r['seed']}")
-        if not os.path.isfile(os.path.join(folder, "metrics.jsonl")):
-            continue
-        with open(os.path.join(folder, "config.json")) as f:
-            if json.load(f).get("threads", 1) != r["threads"]:
+def check_runs(records, runs_dir, roundings=None):
+    """The run folders in runs_dir (and its roundings' folders, provenance.rounding_dir) that results.jsonl
+    records, against the record -> (lines, number of runs checked). A run made on the record's machine, under
+    the record's rounding, is compared number by number: 'as recorded', or its first number that differs.
+    One made on another machine or under another rounding (compared with the record's plain run where none
+    is recorded under its own) differs from the first steps by float rounding alone, so its lessons' and
+    fixes' verdicts are compared with the record's instead (verdict_lines). A run of edited code says so."""
+    lines, other, checked = [], [], 0
+    recorded = {record_key(r): r for r in records}
+    for rounding in roundings or provenance.ROUNDINGS:
+        for r in records:
+            if r["rounding"] not in (rounding, "plain") or (r["rounding"] == "plain" and rounding != "plain"
+                                                            and (r["experiment"], r["seed"], rounding) in recorded):
                 continue
-        checked += 1
-        found = round_numbers(run_summary(plot.read_metrics(os.path.join(folder, "metrics.jsonl"))))
-        diff = [d for d in differences(r["summary"], found) if d[0] != "minutes"]  # time is not a result
-        name = f"{r['experiment']} seed {r['seed']}"
-        lines.append(f"{name}: as recorded ({count_numbers(found)} numbers)" if not diff else
-                     f"{name}: {diff[0][0]} is {diff[0][2]} in {folder}, {diff[0][1]} in results.jsonl"
-                     + (f" (and {len(diff) - 1} more)" if len(diff) > 1 else ""))
-    return lines, checked
+            folder = os.path.join(provenance.rounding_dir(runs_dir, rounding), r["experiment"], f"seed{r['seed']}")
+            if not os.path.isfile(os.path.join(folder, "metrics.jsonl")):
+                continue
+            with open(os.path.join(folder, "config.json")) as f:
+                config = json.load(f)
+            if rounding_of(config) != rounding:
+                continue
+            checked += 1
+            name = f"{r['experiment']} seed {r['seed']}" + (f" ({rounding})" if rounding != "plain" else "")
+            edited = (config.get("code") or {}).get("edited")
+            if edited:
+                lines.append(f"{name}: ran with {', '.join(edited)} edited, not commit {config.get('commit')}'s code")
+            found = round_numbers(run_summary(plot.read_metrics(os.path.join(folder, "metrics.jsonl"))))
+            if config.get("machine") != r.get("machine") or rounding != r["rounding"]:
+                other.append((r, found, config, rounding))
+                continue
+            diff = [d for d in differences(r["summary"], found) if d[0] != "minutes"]  # time is not a result
+            lines.append(f"{name}: as recorded ({count_numbers(found)} numbers)" if not diff else
+                         f"{name}: {difference_text(*diff[0], folder)}"
+                         + (f" (and {len(diff) - 1} more)" if len(diff) > 1 else ""))
+    return lines + verdict_lines(other), checked
+
+
+def difference_text(key, recorded, found, folder):
+    """One number that differs, in words: 'final is 0.7 in FOLDER, 0.72 in results.jsonl'; a number that became
+    nan, or that appeared or vanished, named so."""
+    if found is None or recorded is None:
+        return f"{key} {'vanished' if found is None else 'appeared'}: {found} in {folder}, {recorded} in results.jsonl"
+    nan = isinstance(found, float) and math.isnan(found) and not (isinstance(recorded, float) and math.isnan(recorded))
+    return f"{key} {'became nan' if nan else 'is ' + str(found)} in {folder}, {recorded} in results.jsonl"
+
+
+def verdict_lines(other):
+    """For runs made elsewhere than their record [(record, summary found, config, rounding)]: where each side
+    ran, and each lesson's and fix's verdict here against the record's over the same seeds, 'agrees' or
+    'DIFFERS' with the seeds that differ."""
+    if not other:
+        return []
+    theirs = sorted({f"{r.get('machine')} ({r['rounding']})" for r, *_ in other})
+    ours = sorted({f"{c.get('machine')} ({rounding})" for _, _, c, rounding in other})
+    out = [f"The record's runs came from {'; '.join(theirs)}; these {len(other)} ran on {'; '.join(ours)}. A float "
+           "summed in another order changes every number from the first steps, so they are compared by their "
+           "lessons' and fixes' verdicts, not number by number:"]
+    for rounding in dict.fromkeys(rd for *_, rd in other):
+        here = {}
+        there = {}
+        for r, found, _, rd in other:
+            if rd == rounding:
+                here.setdefault(r["experiment"], {})[f"seed{r['seed']}"] = found
+                there.setdefault(r["experiment"], {})[f"seed{r['seed']}"] = r["summary"]
+        for lesson in LESSONS:
+            seeds, ours_held = lesson_verdicts(lesson, here)
+            if not seeds:
+                continue
+            theirs_held = {s: judge(LESSONS[lesson][1], [there[n][s] for n in LESSONS[lesson][0]],
+                                    LESSONS[lesson][0]) for s in seeds}
+            a, b = (sum(h for h, _ in v.values()) for v in (ours_held, theirs_held))
+            differ = [s[4:] for s in seeds if ours_held[s][0] != theirs_held[s][0]]
+            out.append(f"{lesson}{f' ({rounding})' if rounding != 'plain' else ''}: held in {a} of {len(seeds)} "
+                       f"seeds here, {b} of {len(seeds)} in the record: "
+                       + (f"DIFFERS (seed{'s' * (len(differ) > 1)} {', '.join(differ)})" if differ else "agrees"))
+    return out
 
 
 def count_numbers(x):
@@ -742,13 +808,16 @@ def stale_part(records, args, _):
     return "\n".join(out) + "\n"
 
 
-def threads_part(records, args, _):
-    """`threads`: each numbered lesson's count of seeds held at one thread and at two."""
-    one, two = summaries_from_results(records, 1), summaries_from_results(records, 2)
-    out = ["| lesson | --threads 1 | --threads 2 |", "|---|---|---|"]
+def roundings_part(records, args, _):
+    """`roundings`: each numbered lesson's count of seeds held under each rounding recorded, and over all the
+    seed x rounding pairs."""
+    names = [n for n in provenance.ROUNDINGS if any(r["rounding"] == n for r in records)]
+    out = ["| lesson | " + " | ".join(names) + " | all pairs |", "|---|" + "---|" * (len(names) + 1)]
     for lesson, number in sorted(NUMBERED.items(), key=lambda x: x[1]):
-        cells = [held_text(lesson, s).removeprefix("held in ").removesuffix(" seeds") or "-" for s in (one, two)]
-        out.append(f"| {number}. {lesson} | {cells[0]} | {cells[1]} |")
+        counts = [lesson_verdicts(lesson, summaries_from_results(records, n))[1] for n in names]
+        cells = [f"{sum(h for h, _ in c.values())} of {len(c)}" if c else "-" for c in counts]
+        held, pairs = sum(h for c in counts for h, _ in c.values()), sum(len(c) for c in counts)
+        out.append(f"| {number}. {lesson} | " + " | ".join(cells) + f" | {held} of {pairs} |")
     return "\n".join(out) + "\n"
 
 
@@ -767,8 +836,8 @@ def header_part(records, args, _):
     """`header`: which code and machine the recorded runs come from, and how many there are."""
     commits = sorted({str(r.get("commit")) for r in records})
     machines = sorted({str(r.get("machine")) for r in records})
-    by_threads = {t: sum(r["threads"] == t for r in records) for t in sorted({r["threads"] for r in records})}
-    runs = ", ".join(f"{n} at --threads {t}" for t, n in by_threads.items())
+    by_rounding = {n: sum(r["rounding"] == n for r in records) for n in dict.fromkeys(r["rounding"] for r in records)}
+    runs = ", ".join(f"{n} {name}" for name, n in by_rounding.items())
     return (f"Recorded runs: {len(records)} ({runs}), at commit{'s' * (len(commits) > 1)} {', '.join(commits)}, "
             f"on {'; '.join(machines)}.\n")
 
@@ -777,7 +846,7 @@ def metrics_column_part(records, args, text):
     """`metrics_column`: a table whose first column names metrics in backticks; its column headed 'default run'
     is written again from the profile of the default run (seed 0): first 10 -> last 10 steps (lowest .. highest).
     The other columns are the page's own prose."""
-    default = next((r for r in records if r["experiment"] == "default" and r["seed"] == 0 and r["threads"] == 1
+    default = next((r for r in records if r["experiment"] == "default" and r["seed"] == 0 and r["rounding"] == "plain"
                     and "profile" in r), None)
     if default is None:
         raise ResultsError("results.jsonl has no profile of the default run, seed 0 (python experiments.py default "
@@ -807,7 +876,7 @@ def profile_cell(profile, names):
 
 
 PARTS = {"header": header_part, "verdict": verdict_part, "lesson": lesson_part, "fixes": fixes_part,
-         "experiments": experiments_part, "signs": signs_part, "by_seed": by_seed_part, "stale": stale_part, "threads": threads_part,
+         "experiments": experiments_part, "signs": signs_part, "by_seed": by_seed_part, "stale": stale_part, "roundings": roundings_part,
          "default_run": default_run_part, "metrics_column": metrics_column_part}
 
 

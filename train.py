@@ -88,7 +88,8 @@ def main(args):
     gen = torch.Generator(device=device)
     lagged = collections.deque()  # --rollout-lag: batches sampled and not yet trained on (no checkpoint keeps them)
     saved_step = start_step if state is not None else None  # the step ckpt_latest.pt holds
-    t0, step_times = time.time(), []
+    before = state.get("time", 0.0) if state is not None else 0.0  # a resumed run's seconds before its checkpoint
+    t0, step_times = time.time() - before, []  # metrics' time: the whole run's, across resumes
     for step in range(start_step + 1, args.steps + 1):
         ts = time.time()
         gen.manual_seed(step_seed(args.seed, step, rank))
@@ -113,9 +114,9 @@ def main(args):
         if (step % args.save_every == 0 or step == args.steps) and not args.model:
             save_checkpoint(os.path.join(run_dir, "ckpt_latest.pt"), policy,
                             {**extra, "optimizer": opt.state_dict(), "step": step, "args": vars(args),
-                             "processes": n_ranks})
+                             "processes": n_ranks, "time": metrics["time"]})
             saved_step = step
-    log(f"done: {args.steps} steps, {time.time() - t_start:.0f}s total. Plot: python plot.py {run_dir}")
+    log(f"done: {args.steps} steps, {before + time.time() - t_start:.0f}s total. Plot: python plot.py {run_dir}")
     distributed.close()
     return run_dir
 
@@ -243,6 +244,10 @@ if __name__ == "__main__":
             cli.print_config(args)
             raise SystemExit(0)
         main(args)
+    except KeyboardInterrupt:  # one line in the run's log, not a traceback
+        run = args.resume or os.path.join(args.runs_dir, args.run_name or "RUN_NAME")
+        parser.exit(130, f"train.py: interrupted (Ctrl-C); python train.py --resume {run} continues from its "
+                         "last checkpoint\n")
     except (ValueError, CheckpointError) as e:
         # under torchrun: this rank's message, then a non-zero exit, on which torchrun stops the other ranks
         rank = f" (rank {distributed.rank()} of {distributed.world()})" if distributed.world() > 1 else ""

@@ -36,6 +36,27 @@ def warm_policy(tiny_warm):
     return make
 
 
+@pytest.fixture
+def project(tmp_path):
+    """A copy of the project's code (what git tracks or would add; not tests/, docs/, figures/ or bench/), committed
+    in a git repository of its own: a tree with no edits whatever the checkout's state, which a test may edit.
+    experiments.py sets the runs of edited code beside the others (NAME+grpo.py), so its tests run here."""
+    import shutil
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=root,
+                           capture_output=True, text=True, check=True).stdout.split()
+    copy = tmp_path / "project"
+    for name in files:
+        if name.split("/")[0] not in ("tests", "docs", "figures", "bench") and os.path.isfile(os.path.join(root, name)):
+            os.makedirs(copy / os.path.dirname(name), exist_ok=True)
+            shutil.copy2(os.path.join(root, name), copy / name)
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the code as the test found it"]):
+        subprocess.run(git + cmd, cwd=copy, check=True)
+    return copy
+
+
 @pytest.fixture(scope="session")
 def enc():
     """A bytes-only tokenizer (259 tokens): enough for models that need no trained merges."""

@@ -5,6 +5,7 @@ import math
 import os
 import re
 import subprocess
+import shutil
 import signal
 import sys
 import time
@@ -195,8 +196,9 @@ def test_an_experiment_named_after_a_recipe_runs_that_recipe():
 def test_a_lesson_name_runs_its_experiments(monkeypatch, tmp_path):
     ran = []
     monkeypatch.setattr(experiments, "run_suite", lambda runs, jobs, rerun, nproc: ran.extend(runs))
-    args = argparse.Namespace(list=False, names=["naive_kl", "book_kl"], seeds=[0, 1], runs_dir=str(tmp_path), extra=[],
-                              nproc=1, jobs=2, figures=str(tmp_path / "fig"), write=False, steps=None, rerun=False)
+    args = experiments.get_parser().parse_args(["naive_kl", "book_kl", "--seeds", "0,1", "--runs-dir", str(tmp_path),
+                                                "--jobs", "2", "--figures", str(tmp_path / "fig")])
+    args.extra = []
     experiments.main(args)
     assert [(r.name, r.seed) for r in ran] == [(n, s) for n in report.LESSONS["naive_kl"][0] for s in (0, 1)]
     assert experiments.experiment_names(["fixes"]) == list(dict.fromkeys(
@@ -266,37 +268,41 @@ def test_the_fixes_table_gives_each_seed_and_counts_the_metric_moving_its_way():
 SMALL = ["--", "--prompts-per-step", "2", "--eval-size", "8", "--eval-every", "4"]  # fast runs of the real warm start
 
 
-def suite(tmp_path, *argv, timeout=300):
-    """python experiments.py ARGV --runs-dir tmp_path/exp -> the finished process."""
+def suite(project, tmp_path, *argv, timeout=300):
+    """python experiments.py ARGV --runs-dir tmp_path/exp, run in a copy of the project (conftest.project) ->
+    the finished process."""
     own, extra = argv[:argv.index("--")] if "--" in argv else argv, argv[argv.index("--"):] if "--" in argv else ()
     return subprocess.run([sys.executable, "experiments.py", *own, "--runs-dir", str(tmp_path / "exp"), *extra],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+                          cwd=project, capture_output=True, text=True, timeout=timeout)
+
+
+def metrics_rows(path):
+    return [json.loads(line) for line in open(path)]
 
 
 def metrics_without_time(path):
-    rows = [json.loads(line) for line in open(path)]
-    return [{k: v for k, v in r.items() if k not in ("time", "tokens_per_s")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in ("time", "tokens_per_s")} for r in metrics_rows(path)]
 
 
-def git_status():
-    return subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+def git_status(project):
+    return subprocess.run(["git", "status", "--porcelain"], cwd=project, capture_output=True, text=True).stdout
 
 
-def test_a_finished_run_is_skipped_in_one_line_and_no_tracked_file_changes(tmp_path):
+def test_a_finished_run_is_skipped_in_one_line_and_no_tracked_file_changes(project, tmp_path):
     """Run once: the run, and its figure beside the runs (runs_dir/figures), not in figures/. Again: one
     line says it is skipped, its metrics.jsonl is the same bytes, its train.log was appended to."""
-    before = git_status()
-    out = suite(tmp_path, "default", "--seeds", "0", "--steps", "3", *SMALL)
+    before = git_status(project)
+    out = suite(project, tmp_path, "default", "--seeds", "0", "--steps", "3", *SMALL)
     assert out.returncode == 0, out.stderr
     run = tmp_path / "exp" / "default" / "seed0"
     metrics, log = (run / "metrics.jsonl").read_bytes(), (run / "train.log").read_text()
     assert [r["step"] for r in metrics_without_time(run / "metrics.jsonl")] == [0, 1, 2, 3]
     assert os.listdir(tmp_path / "exp" / "figures") == ["exp_default.png"]
     assert "[1/1] default seed 0: started" in out.stdout and "1 started, 0 resumed, 0 skipped" in out.stdout
-    again = suite(tmp_path, "default", "--seeds", "0", "--steps", "3", *SMALL)
+    again = suite(project, tmp_path, "default", "--seeds", "0", "--steps", "3", *SMALL)
     assert again.returncode == 0 and "[1/1] default seed 0: finished already at step 3: skipped" in again.stdout
     assert (run / "metrics.jsonl").read_bytes() == metrics and (run / "train.log").read_text() == log
-    assert git_status() == before  # neither figures/ nor any page nor results.jsonl was touched
+    assert git_status(project) == before  # neither figures/ nor any page nor results.jsonl was touched
 
 
 def kill_when(proc, path, lines, sig=signal.SIGKILL):
@@ -308,38 +314,44 @@ def kill_when(proc, path, lines, sig=signal.SIGKILL):
     proc.wait()
 
 
-@pytest.mark.parametrize("killed_at, sig", [(3, signal.SIGKILL), (9, signal.SIGKILL), (9, signal.SIGINT)],
+# killed once metrics.jsonl holds 2 lines (steps 0-1: no checkpoint yet, the first is step 5's) or 7 (steps 0-6,
+# after it): four steps either way before the next checkpoint, which a kill that comes late on a busy machine needs
+@pytest.mark.parametrize("killed_at, sig", [(2, signal.SIGKILL), (7, signal.SIGKILL), (7, signal.SIGINT)],
                          ids=["kill-9-before-a-checkpoint", "kill-9-after-one", "ctrl-c-after-one"])
-def test_a_suite_killed_mid_run_completes_with_each_step_once(tmp_path, killed_at, sig):
+def test_a_suite_killed_mid_run_completes_with_each_step_once(project, tmp_path, killed_at, sig):
     """kill -9 (or Ctrl-C) of the suite and its runs, then the same command: the run restarts (no checkpoint
     yet) or resumes, and its metrics.jsonl holds each step once, the numbers of an uninterrupted run."""
     argv = ["default", "--seeds", "0", "--steps", "14", *SMALL]
     own, extra = argv[:argv.index("--")], argv[argv.index("--"):]
     proc = subprocess.Popen([sys.executable, "experiments.py", *own, "--runs-dir", str(tmp_path / "exp"), *extra],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     path = tmp_path / "exp" / "default" / "seed0" / "metrics.jsonl"
     kill_when(proc, str(path), killed_at, sig)
-    done = len(open(path).readlines())
+    done, saved = len(open(path).readlines()), experiments.saved_step(str(path.parent))
     assert 0 < done < 15, "the run was not killed mid-way"
-    out = suite(tmp_path, *argv)
+    assert saved in ((None,) if killed_at < 6 else (5, 10))  # 10 only when the kill came late, on a busy machine
+    if sig == signal.SIGINT:  # Ctrl-C: the run's log says so in one line, not a traceback
+        log = open(path.parent / "train.log").read()
+        assert "train.py: interrupted (Ctrl-C); python train.py --resume" in log and "Traceback" not in log
+    out = suite(project, tmp_path, *argv)
     assert out.returncode == 0, out.stderr
-    assert ("resumed at step 5" if done > 6 else "restarted from step 0") in out.stdout, (done, out.stdout)
-    whole = suite(tmp_path / "whole", *argv)
+    assert (f"resumed at step {saved}" if saved else "restarted from step 0") in out.stdout, (done, out.stdout)
+    whole = suite(project, tmp_path / "whole", *argv)
     assert whole.returncode == 0
     assert metrics_without_time(path) == metrics_without_time(tmp_path / "whole" / "exp" / "default" / "seed0" /
                                                               "metrics.jsonl")
     assert open(path.parent / "train.log").read().count("=== experiments.py") == 2  # appended, never truncated
 
 
-def test_a_folder_with_other_flags_is_refused_naming_them_and_rerun_moves_it_aside(tmp_path):
-    assert suite(tmp_path, "default", "--seeds", "0", "--steps", "2", *SMALL).returncode == 0
+def test_a_folder_with_other_flags_is_refused_naming_them_and_rerun_moves_it_aside(project, tmp_path):
+    assert suite(project, tmp_path, "default", "--seeds", "0", "--steps", "2", *SMALL).returncode == 0
     run = tmp_path / "exp" / "default" / "seed0"
     metrics = (run / "metrics.jsonl").read_bytes()
-    out = suite(tmp_path, "default", "--seeds", "0", "--steps", "3", *SMALL)
+    out = suite(project, tmp_path, "default", "--seeds", "0", "--steps", "3", *SMALL)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
     assert f"{run} holds a run with other flags (--steps: 2 there, 3 asked): --rerun moves it aside" in out.stderr
     assert (run / "metrics.jsonl").read_bytes() == metrics  # nothing touched
-    out = suite(tmp_path, "default", "--seeds", "0", "--steps", "3", "--rerun", *SMALL)
+    out = suite(project, tmp_path, "default", "--seeds", "0", "--steps", "3", "--rerun", *SMALL)
     assert out.returncode == 0 and "moved aside to" in out.stdout
     (aside,) = [d for d in os.listdir(run.parent) if d.startswith("seed0.replaced-")]
     assert (run.parent / aside / "metrics.jsonl").read_bytes() == metrics  # the old run, kept
@@ -358,8 +370,8 @@ def test_a_folder_with_other_flags_is_refused_naming_them_and_rerun_moves_it_asi
     (["default", "--lr", "3e-4"], "--lr is a train.py flag: put it after --, as in `python experiments.py default "
                                   "-- --lr 3e-4`"),
     (["nosuch"], "unknown experiment 'nosuch'")])
-def test_a_bad_suite_is_refused_in_one_line_before_anything_runs(tmp_path, argv, message):
-    out = suite(tmp_path, *argv)
+def test_a_bad_suite_is_refused_in_one_line_before_anything_runs(project, tmp_path, argv, message):
+    out = suite(project, tmp_path, *argv)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.startswith("experiments.py: error: ") and message in out.stderr, out.stderr
     assert not (tmp_path / "exp").exists()
@@ -370,3 +382,163 @@ def test_the_table_skips_a_cut_metrics_line_and_says_so(tmp_path, capsys):
     text = report.table(str(tmp_path))
     assert "| default | 1 | 25.0% | 70.0% | 75.0% |" in text
     assert "metrics.jsonl:22: skipped incomplete last line" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------- a learner's own edit, never a stale run
+
+def edit_advantages(project, factor):
+    """One line of grpo.py, as a learner edits it: group_advantages returns factor times its advantages."""
+    text = (project / "grpo.py").read_text()
+    old = next(line for line in text.splitlines() if line.startswith("    return") and "view(-1)  # (B,)" in line)
+    (project / "grpo.py").write_text(text.replace(old, f"    return ({factor} * centred).view(-1)  # (B,)", 1))
+
+
+def test_an_edited_line_runs_beside_the_old_runs_and_a_second_edit_is_refused_not_skipped(project, tmp_path):
+    """The same command after an edit of grpo.py runs the edited code into default+grpo.py (never the old run's
+    'finished already') and draws it beside the unmodified run; another edit finds that run of other code and is
+    refused in one line naming grpo.py, nothing moved; --rerun moves it aside."""
+    argv = ["default", "--seeds", "0", "--steps", "2", *SMALL]
+    assert suite(project, tmp_path, *argv).returncode == 0
+    old = metrics_without_time(tmp_path / "exp" / "default" / "seed0" / "metrics.jsonl")
+    edit_advantages(project, 2)
+    out = suite(project, tmp_path, *argv)
+    assert out.returncode == 0, out.stderr
+    assert "[1/1] default+grpo.py seed 0: started" in out.stdout and "skipped" not in out.stdout.split("\n")[0]
+    edited = tmp_path / "exp" / "default+grpo.py" / "seed0"
+    config = json.loads((edited / "config.json").read_text())
+    assert config["code"]["edited"] == ["grpo.py"]
+    assert metrics_without_time(edited / "metrics.jsonl")[1]["loss"] != old[1]["loss"]  # the edit ran
+    assert (tmp_path / "exp" / "figures" / "exp_default+grpo.py.png").exists()
+    edit_advantages(project, 3)  # another edit of the same line
+    metrics = (edited / "metrics.jsonl").read_bytes()
+    out = suite(project, tmp_path, *argv)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert (f"{edited} holds a run of other code (code: grpo.py changed since it ran): --rerun moves it aside and "
+            "runs it again, --label NAME runs this code beside it") in out.stderr
+    assert (edited / "metrics.jsonl").read_bytes() == metrics
+    out = suite(project, tmp_path, "--rerun", *argv)
+    assert out.returncode == 0 and "moved aside to" in out.stdout
+
+
+def test_a_run_in_the_experiments_own_folder_from_other_code_is_refused_after_a_commit(project, tmp_path):
+    """A learner who commits an edit: the experiment's own runs ran the code before it, and are refused."""
+    argv = ["default", "--seeds", "0", "--steps", "2", *SMALL]
+    assert suite(project, tmp_path, *argv).returncode == 0
+    edit_advantages(project, 2)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "mine"], cwd=project, check=True)
+    out = suite(project, tmp_path, *argv)
+    run = tmp_path / "exp" / "default" / "seed0"
+    assert out.returncode == 2 and f"{run} holds a run of other code (code: grpo.py changed since it ran)" in out.stderr
+
+
+def test_resuming_a_run_under_other_code_is_refused_in_one_line(project, tmp_path):
+    cmd = ["train.py", "--steps", "3", "--save-every", "1", "--eval-every", "3", "--eval-size", "8",
+           "--prompts-per-step", "2", "--runs-dir", str(tmp_path), "--run-name", "r"]
+    assert subprocess.run([sys.executable, *cmd], cwd=project, capture_output=True).returncode == 0
+    metrics = (tmp_path / "r" / "metrics.jsonl").read_bytes()
+    edit_advantages(project, 2)
+    out = subprocess.run([sys.executable, "train.py", "--resume", str(tmp_path / "r"), "--steps", "5"], cwd=project,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert f"--resume: {tmp_path / 'r'} ran other code (grpo.py changed since it ran)" in out.stderr
+    assert (tmp_path / "r" / "metrics.jsonl").read_bytes() == metrics
+
+
+def test_a_resumed_runs_time_is_the_whole_runs(tmp_path):
+    """metrics.jsonl's time and the last line's total go on from the checkpoint's time, not from 0."""
+    cmd = ["train.py", "--steps", "3", "--save-every", "3", "--eval-every", "3", "--eval-size", "8",
+           "--prompts-per-step", "2", "--runs-dir", str(tmp_path), "--run-name", "r"]
+    assert subprocess.run([sys.executable, *cmd], cwd=ROOT, capture_output=True).returncode == 0
+    out = subprocess.run([sys.executable, "train.py", "--resume", str(tmp_path / "r"), "--steps", "5"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    times = [r["time"] for r in metrics_rows(tmp_path / "r" / "metrics.jsonl")]
+    assert times == sorted(times) and times[4] > times[3] > 0  # step 4 after step 3, whose time the checkpoint kept
+    total = float(re.search(r"done: 5 steps, (\d+)s total", out.stdout)[1])
+    assert total >= round(times[3])
+
+
+def with_config(folder, edited, commit="abc123", machine="x86_64, 2 CPUs (AMD EPYC), AVX512"):
+    (folder / "config.json").write_text(json.dumps({"code": {"files": {}, "edited": edited}, "commit": commit,
+                                                    "machine": machine}))
+
+
+@pytest.mark.parametrize("unmodified", ["yours", "shipped", "none"])
+def test_edited_runs_are_drawn_beside_the_unmodified_code_and_the_figure_says_whose(tmp_path, monkeypatch, capsys,
+                                                                                  unmodified):
+    """The learner's own runs of a commit's code first, else the shipped reference runs, else none (and the
+    command that makes them); the legend names the edit, the note where each curve came from."""
+    exp, shipped = tmp_path / "exp", tmp_path / "reference"
+    write_run(exp / "default+grpo.py" / "seed0", [0.3, 0.6, 0.5])
+    with_config(exp / "default+grpo.py" / "seed0", ["grpo.py"])
+    for seed in (0, 1):  # a run of edited code in default/ would not be the unmodified code's: seed 1 is left out
+        write_run(exp / "default" / f"seed{seed}", [0.3, 0.7, 0.7])
+        with_config(exp / "default" / f"seed{seed}", [] if seed == 0 else ["rewards.py"])
+        write_run(shipped / "default" / f"seed{seed}", [0.3, 0.7, 0.7])
+        with_config(shipped / "default" / f"seed{seed}", [], commit="feed0042")
+    if unmodified != "yours":
+        shutil.rmtree(exp / "default")
+    if unmodified == "none":
+        shutil.rmtree(shipped)
+    monkeypatch.setattr(experiments, "REFERENCE", str(shipped))
+    drawn = []
+    monkeypatch.setattr(experiments.subprocess, "run", lambda cmd, check, stdout: drawn.append(cmd))
+    paths = experiments.beside_figures(str(exp), str(tmp_path / "fig"), ["default"], "grpo.py", edited=True)
+    assert paths == [str(tmp_path / "fig" / "exp_default+grpo.py.png")]
+    (cmd,) = drawn
+    labels = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--label"]
+    note = cmd[cmd.index("--note") + 1]
+    runs = cmd[2:cmd.index("--metrics")]
+    assert runs[-1] == str(exp / "default+grpo.py" / "seed0") and labels[-1] == "default, grpo.py edited"
+    assert note.endswith("default, grpo.py edited: seed 0 of this code")
+    if unmodified == "yours":
+        assert runs[0] == str(exp / "default" / "seed0") and labels == ["default", "default, grpo.py edited"]
+        assert note.startswith("default: your runs, seed 0 of commit abc123 on x86_64, 2 CPUs (AMD EPYC), AVX512")
+    elif unmodified == "shipped":
+        assert runs[:2] == [str(shipped / "default" / "seed0"), str(shipped / "default" / "seed1")]
+        assert note.startswith("default: shipped runs, seeds 0, 1 of commit feed0042")
+    else:
+        assert runs == [str(exp / "default+grpo.py" / "seed0")] and labels == ["default, grpo.py edited"]
+        assert "no runs of default's unmodified code to draw beside default, grpo.py edited: `git stash`" in \
+            capsys.readouterr().out
+
+
+def test_the_table_ends_without_blank_lines_where_a_part_has_no_runs(tmp_path):
+    write_run(tmp_path / "default" / "seed0", [0.25, 0.75, 0.7])
+    text = report.table(str(tmp_path))
+    assert "| default | 1 |" in text and not text.endswith("\n") and "\n\n\n" not in text
+
+
+def test_every_panel_the_comparisons_draw_is_titled_in_words():
+    keys = {k for _, metrics in experiments.COMPARISONS.values() for panel in metrics.split(",") for k in panel.split("+")}
+    untitled = sorted(k for k in keys if k not in plot.TITLES)
+    assert not untitled, f"panels titled by their raw key: {untitled}"
+    assert plot.metric_subplots(["eval_acc", "kl+kl_exact"]) == [
+        ("held-out accuracy, greedy", "bars", ["eval_acc"]),
+        ("KL to the reference, as estimated (solid), KL to the reference, exact (dashed)", "line", ["kl", "kl_exact"])]
+
+
+def test_a_rounding_runs_into_its_own_folder_with_its_threads_and_environment(tmp_path, monkeypatch):
+    runs = experiments.plan(["default"], [0], str(tmp_path / "exp"), roundings=["plain", "threads2", "avx2"])
+    assert [(r.rounding, r.folder, r.args.threads) for r in runs] == [
+        ("plain", str(tmp_path / "exp" / "default" / "seed0"), 1),
+        ("threads2", str(tmp_path / "exp-threads2" / "default" / "seed0"), 2),
+        ("avx2", str(tmp_path / "exp-avx2" / "default" / "seed0"), 1)]
+    started = []
+    monkeypatch.setattr(experiments.subprocess, "Popen", lambda cmd, stdout, stderr, env: started.append(env))
+    progress = experiments.Progress(runs, [("new", "")] * 3, 1)
+    for run in runs:
+        experiments.launch(run, "new", "", 1, progress)
+    assert [env.get("ATEN_CPU_CAPABILITY") for env in started] == [os.environ.get("ATEN_CPU_CAPABILITY")] * 2 + ["avx2"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["default", "--rounding", "avx3"], "unknown rounding 'avx3'; choose from plain, threads2, "
+                                        "avx2, scalar"),
+    (["default", "--", "--threads", "2"], "--threads after -- is experiments.py's to set for each run: use --rounding "
+                                          "threads2"),
+    (["default", "--label", "a/b"], "--label 'a/b': letters, digits and . , = - _ only (it names a folder)")])
+def test_a_rounding_or_label_that_cannot_be_is_refused_in_one_line(project, tmp_path, argv, message):
+    out = suite(project, tmp_path, *argv)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr, out.stderr
+    assert not (tmp_path / "exp").exists()

@@ -29,14 +29,14 @@ def test_every_generated_part_of_the_pages_is_what_results_jsonl_gives():
     assert all(report.PART.search(text) for text in pages.values())  # each page has generated parts
 
 
-def test_the_recorded_runs_are_one_code_on_one_machine_at_one_and_two_threads():
+def test_the_recorded_runs_are_one_code_on_one_machine_under_its_roundings():
     """EXPERIMENTS.md names one commit and one machine: every record shares them, and the second thread
     setting holds the numbered lessons' runs alone."""
     records = report.load_results()
     assert len({r["commit"] for r in records}) == 1 and "+changes" not in records[0]["commit"]
     assert len({r["machine"] for r in records}) == 1
     lessons = {n for lesson in report.NUMBERED for n in report.LESSONS[lesson][0]}
-    assert {r["experiment"] for r in records if r["threads"] == 2} <= lessons | set(report.LESSONS["naive_kl_reuse"][0])
+    assert {r["experiment"] for r in records if r["rounding"] != "plain"} <= lessons | set(report.LESSONS["naive_kl_reuse"][0])
 
 
 def copy_pages(tmp_path):
@@ -89,8 +89,8 @@ def test_a_run_recorded_then_checked_is_as_recorded_and_an_edited_number_is_name
 
 @pytest.mark.parametrize("content,message", [
     (None, "is missing: `python experiments.py table --write` records the runs"),
-    ('{"experiment": "default", "seed": 0, "threads": 1, "flags": "", "summ', ":1: not a whole JSON line"),
-    ('{"experiment": "default", "seed": 0}\n', ":1: a record without threads, flags, summary")])
+    ('{"experiment": "default", "seed": 0, "rounding": "plain", "flags": "", "summ', ":1: not a whole JSON line"),
+    ('{"experiment": "default", "seed": 0}\n', ":1: a record without rounding, flags, summary")])
 def test_a_results_file_missing_cut_or_not_whole_is_one_line(tmp_path, content, message):
     path = tmp_path / "results.jsonl"
     if content is not None:
@@ -119,12 +119,12 @@ def test_experiments_py_check_says_as_recorded_exits_1_on_a_difference_and_2_on_
 
 
 def test_merged_results_keep_one_record_a_run_in_the_experiments_order():
-    rec = lambda name, seed, threads=1, final=0.5: {"experiment": name, "seed": seed, "threads": threads,  # noqa: E731
-                                                   "flags": "", "summary": {"final": final}}
-    old = [rec("b", 0), rec("a", 1), rec("a", 0, threads=2)]
+    rec = lambda name, seed, rounding="plain", final=0.5: {"experiment": name, "seed": seed,  # noqa: E731
+                                                          "rounding": rounding, "flags": "", "summary": {"final": final}}
+    old = [rec("b", 0), rec("a", 0, "avx2"), rec("a", 1), rec("a", 0, "threads2")]
     merged = report.merge_results(old, [rec("a", 1, final=0.9), rec("a", 0)], ["a", "b"])
-    assert [(r["experiment"], r["seed"], r["threads"]) for r in merged] == [("a", 0, 1), ("a", 1, 1), ("b", 0, 1),
-                                                                            ("a", 0, 2)]
+    assert [(r["experiment"], r["seed"], r["rounding"]) for r in merged] == [
+        ("a", 0, "plain"), ("a", 1, "plain"), ("b", 0, "plain"), ("a", 0, "threads2"), ("a", 0, "avx2")]
     assert merged[1]["summary"]["final"] == 0.9
 
 
@@ -138,3 +138,52 @@ def test_a_generated_part_of_an_unknown_kind_is_named():
     text = "<!-- generated from results.jsonl: nosuch -->\nx\n<!-- end of generated part -->\n"
     with pytest.raises(report.ResultsError, match="README.md: a generated part of unknown kind 'nosuch'"):
         report.generate(text, [], "README.md")
+
+
+def write_curve(folder, evals, machine="x86_64, 2 CPUs (AMD EPYC), AVX512", rounding="plain", edited=()):
+    """A run folder whose greedy accuracy at steps 0, 10, 20 is evals, made on machine under rounding."""
+    folder.mkdir(parents=True)
+    rows = [{"step": 0, "time": 0, "eval_acc": evals[0]}] + [{"step": s, "time": s, "reward": 0.5} for s in range(1, 21)]
+    rows[10]["eval_acc"], rows[20]["eval_acc"] = evals[1], evals[2]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "config.json").write_text(json.dumps({"threads": 1, "commit": "abc", "machine": machine,
+                                                    "rounding": rounding, "code": {"edited": list(edited)}}))
+    return str(folder)
+
+
+def test_check_compares_numbers_on_the_records_machine_and_verdicts_under_another_rounding_or_machine(tmp_path):
+    """On the record's machine and rounding: number by number. Under another rounding (runs/exp-avx2), or on
+    another machine: where each side ran, and each lesson's verdict here against the record's, seed by seed."""
+    broken, fixed = report.LESSONS["instability"][0]
+    records = [report.run_record(name, 0, write_curve(tmp_path / "exp" / name / "seed0", evals), [])
+               for name, evals in ((broken, [0.3, 0.7, 0.3]), (fixed, [0.3, 0.7, 0.7]))]  # held: falls 40 points
+    lines, checked = report.check_runs(records, str(tmp_path / "exp"))
+    assert checked == 2 and [line.split(" (")[0] for line in lines] == [f"{broken} seed 0: as recorded",
+                                                                         f"{fixed} seed 0: as recorded"]
+    for name, evals in ((broken, [0.3, 0.7, 0.65]), (fixed, [0.3, 0.7, 0.7])):  # under avx2 the broken run holds up
+        write_curve(tmp_path / "exp-avx2" / name / "seed0", evals, rounding="avx2")
+    shutil.rmtree(tmp_path / "exp" / broken)
+    lines, checked = report.check_runs(records, str(tmp_path / "exp"))
+    assert checked == 3  # the fixed run at plain, both under avx2 (against the record's plain runs)
+    assert lines[0].startswith(f"{fixed} seed 0: as recorded (")
+    assert lines[1] == ("The record's runs came from x86_64, 2 CPUs (AMD EPYC), AVX512 (plain); these 2 ran on x86_64, "
+                        "2 CPUs (AMD EPYC), AVX512 (avx2). A float summed in another order changes every number from the "
+                        "first steps, so they are compared by their lessons' and fixes' verdicts, not number by number:")
+    assert lines[2] == "instability (avx2): held in 0 of 1 seeds here, 1 of 1 in the record: DIFFERS (seed 0)"
+    shutil.rmtree(tmp_path / "exp-avx2")  # the same runs on another machine, at plain
+    for name, evals in ((broken, [0.3, 0.7, 0.35]), (fixed, [0.3, 0.7, 0.72])):
+        shutil.rmtree(tmp_path / "exp" / name, ignore_errors=True)
+        write_curve(tmp_path / "exp" / name / "seed0", evals, machine="arm64, 8 CPUs, NEON", edited=["grpo.py"])
+    lines, _ = report.check_runs(records, str(tmp_path / "exp"))
+    assert lines[0] == f"{broken} seed 0: ran with grpo.py edited, not commit abc's code"
+    assert "these 2 ran on arm64, 8 CPUs, NEON (plain)" in lines[2]
+    assert lines[-1] == "instability: held in 1 of 1 seeds here, 1 of 1 in the record: agrees"
+
+
+@pytest.mark.parametrize("recorded, found, text", [
+    (0.7, 0.72, "final is 0.72 in F, 0.7 in results.jsonl"),
+    (0.7, float("nan"), "final became nan in F, 0.7 in results.jsonl"),
+    (None, 0.7, "final appeared: 0.7 in F, None in results.jsonl"),
+    (0.7, None, "final vanished: None in F, 0.7 in results.jsonl")])
+def test_a_number_that_differs_became_nan_appeared_or_vanished_is_named_so(recorded, found, text):
+    assert report.difference_text("final", recorded, found, "F") == text

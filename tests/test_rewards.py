@@ -216,16 +216,25 @@ def test_overlong_penalty_off():
 ])
 def test_score_gated_vs_ungated(completion, answer, gated, total):
     out = score(completion, answer, n_tokens=10, format_weight=0.5, gated=gated)
-    assert set(out) == {"total", "correct", "format", "format_paid", "overlong"}
+    assert set(out) == {"total", "correct", "format", "format_paid"}  # no overlong term without its cache
     assert out["total"] == pytest.approx(total)
-    assert out["overlong"] == 0.0
 
 
 def test_score_with_overlong():
     out = score(GOOD, 18, n_tokens=90, format_weight=0.5, max_len=100, overlong_cache=20)
     assert out == pytest.approx({"total": 1.0, "correct": 1.0, "format": 1.0, "format_paid": 1.0, "overlong": -0.5})
-    out = score(GOOD, 18, n_tokens=90)  # defaults: no format bonus, no penalty
-    assert out == {"total": 1.0, "correct": 1.0, "format": 1.0, "format_paid": 1.0, "overlong": 0.0}
+    out = score(GOOD, 18, n_tokens=90)  # defaults: no format bonus, no penalty: neither term is there
+    assert out == {"total": 1.0, "correct": 1.0, "format": 1.0}
+
+
+@pytest.mark.parametrize("format_weight, overlong_cache, terms", [
+    (0.0, 0, {"correct"}), (0.5, 0, {"correct", "format_paid"}), (0.0, 8, {"correct", "overlong"}),
+    (-0.1, 8, {"correct", "format_paid", "overlong"})])
+def test_score_gives_a_term_only_where_its_weight_is_not_0(format_weight, overlong_cache, terms):
+    """What a run logs as reward_<term>: the terms it pays, and the raw format check (the reasoned share) always."""
+    out = score(GOOD, 18, n_tokens=36, format_weight=format_weight, max_len=40, overlong_cache=overlong_cache)
+    assert set(out) == {"total", "format"} | terms
+    assert out["total"] == pytest.approx(1.0 + format_weight * 1.0 + (-0.5 if overlong_cache else 0.0))
 
 
 # ---- fuzz: any string gives finite floats, no exceptions -------------------------
@@ -267,9 +276,9 @@ def test_fuzz_finite_and_never_raises():
             assert isinstance(v, float) and math.isfinite(v), (key, v, text)
         assert out["correct"] in (0.0, 1.0) and out["format"] in (0.0, 1.0)
         assert out["correct"] == (1.0 if value == answer else 0.0)
-        assert -1.0 <= out["overlong"] <= 0.0
+        assert -1.0 <= out.get("overlong", 0.0) <= 0.0
         bonus = out["format"] * (out["correct"] if kw["gated"] else 1.0)
-        assert out["total"] == out["correct"] + kw["format_weight"] * bonus + out["overlong"]
+        assert out["total"] == out["correct"] + kw["format_weight"] * bonus + out.get("overlong", 0.0)
         seen["correct"] += out["correct"]
         seen["format"] += out["format"]
     assert seen["correct"] > 10 and seen["format"] > 10  # the fuzz reaches the 1.0 branches

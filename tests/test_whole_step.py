@@ -403,7 +403,10 @@ def test_overlong_cache_penalises_the_last_tokens_linearly(warm_policy, cache):
     n = completion(b).sum(1).double()  # completion tokens
     penalty = ((L - cache - n) / cache).clamp(-1, 0) if cache else torch.zeros_like(n)  # DAPO: 0 ... -1 at L
     assert not cache or ((penalty < 0) & (penalty > -1)).any() and (penalty == 0).any()
-    torch.testing.assert_close(b.rewards["overlong"].double(), penalty)
+    if cache:
+        torch.testing.assert_close(b.rewards["overlong"].double(), penalty)
+    else:  # off: not a term of the reward, nor of what the step logs
+        assert "overlong" not in b.rewards and "reward_overlong" not in step.stats
     correct = torch.tensor([rewards.correctness_reward(t, p.answer) for t, p in zip(b.texts, b.problems)])
     assert_grad(step.updates[0], on_policy_grad(step, cfg, r=correct + penalty))
 

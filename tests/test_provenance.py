@@ -1,0 +1,116 @@
+"""provenance.py: which code, machine and rounding a run's numbers came from.
+
+    python -m pytest -q tests/test_provenance.py
+
+The code a run records is every source file it imports, hashed, and the list of those that differ
+from the git commit; each test edits a committed copy of the project (conftest.project) and checks
+what the record says, by file. The roundings are names for environments a run can be started in;
+a name the code does not know, or one the machine cannot apply, is refused before anything runs.
+"""
+import os
+import subprocess
+
+import pytest
+
+import provenance
+
+
+def edit(project, path, old, new):
+    text = (project / path).read_text()
+    assert old in text
+    (project / path).write_text(text.replace(old, new, 1))
+
+
+def test_a_run_imports_the_pipelines_files_through_every_kind_of_import():
+    """train.py's imports, followed: the kernels (a package importing its own modules relatively), not the
+    plotting, reporting or test files a run never imports."""
+    files = provenance.source_files()
+    assert {"train.py", "grpo.py", "rewards.py", "rollouts.py", "model.py", "kernels/__init__.py", "kernels/logprobs.py",
+            "kernels/linear_logprobs.py", "provenance.py"} <= set(files)
+    assert not {"plot.py", "report.py", "experiments.py"} & set(files)
+    assert not any(f.startswith(("tests/", "docs/", "bench/")) for f in files)
+
+
+def test_the_record_changes_with_a_source_edit_and_not_with_a_docs_or_tests_edit(project):
+    before = provenance.code_record(project)
+    assert before["edited"] == [] and set(before["files"]) == set(provenance.source_files(root=project))
+    (project / "README.md").write_text("edited")
+    (project / "tests").mkdir(exist_ok=True)
+    (project / "tests" / "test_mine.py").write_text("def test_x():\n    pass\n")
+    assert provenance.code_record(project) == before  # pages and tests are not what a run ran
+    edit(project, "grpo.py", "    return centred.view(-1)  # (B,)", "    return (2 * centred).view(-1)  # (B,)")
+    after = provenance.code_record(project)
+    assert after["edited"] == ["grpo.py"]
+    assert {p for p in before["files"] if before["files"][p] != after["files"][p]} == {"grpo.py"}
+
+
+def test_a_new_module_a_source_file_imports_is_part_of_the_code_even_inside_a_function(project):
+    (project / "mine.py").write_text("SCALE = 2\n")
+    with open(project / "grpo.py", "a") as f:
+        f.write("\n\ndef scale():\n    import mine\n    return mine.SCALE\n")
+    record = provenance.code_record(project)
+    assert "mine.py" in record["files"] and record["edited"] == ["grpo.py", "mine.py"]
+
+
+@pytest.mark.parametrize("case, change, expected", [
+    ("the same code", None, []),
+    ("a file edited", ("rewards.py", "BOX = ", "BOX  = "), ["rewards.py"]),
+    ("a module added", "add", ["grpo.py", "mine.py"]),
+    ("no record, the same clean commit", "old", []),
+    ("no record, another commit", "old-other", ["commit 0123456789ab"]),
+])
+def test_code_changes_names_what_differs_from_the_code_a_run_ran(project, case, change, expected):
+    config = {"code": provenance.code_record(project), "commit": provenance.code_commit(project)}
+    if change == "add":
+        (project / "mine.py").write_text("SCALE = 2\n")
+        edit(project, "grpo.py", "import rewards\n", "import mine  # noqa: F401\nimport rewards\n")
+    elif change in ("old", "old-other"):
+        config = {"commit": config["commit"] if change == "old" else "0123456789ab"}
+    elif change:
+        edit(project, *change)
+    assert provenance.code_changes(config, project) == expected, case
+
+
+def test_changes_text_words_a_list_of_files_and_a_run_without_a_record():
+    assert provenance.changes_text(["grpo.py"]) == "grpo.py changed since it ran"
+    assert provenance.changes_text(["commit 0123"]) == "it ran commit 0123, whose files were not recorded"
+    assert provenance.edit_label(["grpo.py", "rewards.py"]) == "grpo.py, rewards.py edited"
+
+
+def test_outside_a_git_checkout_nothing_is_said_edited(tmp_path, project):
+    os.rename(project / ".git", tmp_path / "moved.git")
+    assert provenance.code_record(project)["edited"] is None and provenance.code_commit(project) is None
+
+
+@pytest.mark.parametrize("threads, env, name", [
+    (1, {}, "plain"), (2, {}, "threads2"), (1, {"ATEN_CPU_CAPABILITY": "avx2"}, "avx2"),
+    (1, {"ATEN_CPU_CAPABILITY": "default"}, "scalar"), (3, {}, "threads 3"),
+    (2, {"ATEN_CPU_CAPABILITY": "avx2"}, "threads 2, ATEN_CPU_CAPABILITY avx2")])
+def test_a_process_rounding_is_named_by_its_threads_and_vector_width(threads, env, name):
+    assert provenance.rounding_name(threads, env) == name
+
+
+@pytest.mark.parametrize("names, native, held, message", [
+    (["plain", "threads2"], "AVX512", None, None),               # nothing to ask the machine
+    (["avx2"], "AVX512", "AVX2", None),
+    (["avx3"], "AVX512", None, "unknown rounding 'avx3'; choose from plain, threads2, avx2, scalar"),
+    (["avx2"], "DEFAULT", "DEFAULT", "rounding avx2: this machine cannot hold PyTorch to AVX2 (it runs DEFAULT)"),
+    (["avx2"], "AVX2", "AVX2", "rounding avx2: AVX2 is this machine's own width, so avx2 would round as plain"),
+    (["scalar"], "AVX2", "DEFAULT", None)])
+def test_a_rounding_unknown_or_that_the_machine_cannot_apply_is_refused(monkeypatch, names, native, held, message):
+    """A width the CPU lacks is silently replaced by PyTorch, so the refusal asks PyTorch what it ran."""
+    monkeypatch.setattr(provenance, "capability_under", lambda env: held if env else native)
+    if message is None:
+        provenance.check_roundings(names)
+    else:
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            provenance.check_roundings(names)
+
+
+def test_pytorch_runs_the_vector_width_a_rounding_asks_for_on_this_machine():
+    """capability_under asks a fresh process; scalar (no vector instructions) exists on every machine."""
+    assert provenance.capability_under({"ATEN_CPU_CAPABILITY": "default"}) == "DEFAULT"
+    native = subprocess.run(["python", "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+                            capture_output=True, text=True, env={k: v for k, v in os.environ.items()
+                                                                 if k != "ATEN_CPU_CAPABILITY"}).stdout.strip()
+    assert provenance.capability_under({}) == native
