@@ -464,7 +464,7 @@ def launch(run, what, detail, nproc, progress):
         what = "started"
     elif what == "restart":
         clear(run.folder)
-        what = "restarted from step 0" + (" (a --rollout-lag run cannot resume)" if detail else "")
+        what = "restarted from step 0" + (" (a --rollout-lag run cannot resume)" if run.args.rollout_lag else "")
     elif what == "new":
         what = "started"
     cmd = run.cmd if what != "resume" else [*launcher(nproc), "--resume", run.folder, "--threads", str(run.args.threads)]
