@@ -597,6 +597,9 @@ def records_of(runs_dir, seeds=None):
     for name in EXPERIMENTS:
         for folder in plot.seed_folders(os.path.join(runs_dir, name)):
             seed = int(os.path.basename(folder)[4:])
+            if not os.path.isfile(os.path.join(folder, "config.json")):
+                print(f"not recorded: {folder} (no config.json beside its metrics.jsonl)", file=sys.stderr)
+                continue
             with open(os.path.join(folder, "config.json")) as f:
                 saved = json.load(f)
             run = plan([name], [seed], runs_dir, extra=["--threads", str(saved.get("threads", 1))])[0]

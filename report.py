@@ -595,8 +595,8 @@ def check_runs(records, runs_dir):
     lines, checked = [], 0
     for r in records:
         folder = os.path.join(runs_dir, r["experiment"], f"seed{r['seed']}")
-        if not os.path.isfile(os.path.join(folder, "metrics.jsonl")):
-            continue
+        if not all(os.path.isfile(os.path.join(folder, name)) for name in ("metrics.jsonl", "config.json")):
+            continue  # no run there, or none that table --write could have recorded
         with open(os.path.join(folder, "config.json")) as f:
             if json.load(f).get("threads", 1) != r["threads"]:
                 continue
