@@ -605,9 +605,21 @@ def check_runs(records, runs_dir):
         diff = [d for d in differences(r["summary"], found) if d[0] != "minutes"]  # time is not a result
         name = f"{r['experiment']} seed {r['seed']}"
         lines.append(f"{name}: as recorded ({count_numbers(found)} numbers)" if not diff else
-                     f"{name}: {diff[0][0]} is {diff[0][2]} in {folder}, {diff[0][1]} in results.jsonl"
+                     f"{name}: {difference_text(*diff[0], folder)}"
                      + (f" (and {len(diff) - 1} more)" if len(diff) > 1 else ""))
     return lines, checked
+
+
+def difference_text(path, recorded, found, folder):
+    """One difference as check says it: a number that vanished, appeared or became nan, in those words; else
+    its two values."""
+    if found is None:
+        return f"{path} vanished from {folder}, {recorded} in results.jsonl"
+    if recorded is None:
+        return f"{path} appeared in {folder} ({found}), none in results.jsonl"
+    if isinstance(found, float) and math.isnan(found):
+        return f"{path} became nan in {folder}, {recorded} in results.jsonl"
+    return f"{path} is {found} in {folder}, {recorded} in results.jsonl"
 
 
 def count_numbers(x):
