@@ -517,7 +517,7 @@ def launch(run, what, detail, nproc, progress):
         what = "started"
     elif what == "restart":
         clear(run.folder)
-        what = "restarted from step 0" + (" (a --rollout-lag run cannot resume)" if detail else "")
+        what = "restarted from step 0" + (" (a --rollout-lag run cannot resume)" if run.args.rollout_lag else "")
     elif what == "new":
         what = "started"
     cmd = run.cmd if what != "resume" else [*launcher(nproc), "--resume", run.folder, "--threads", str(run.args.threads)]
@@ -528,7 +528,12 @@ def launch(run, what, detail, nproc, progress):
     log.write(f"\n=== experiments.py, {time.strftime('%Y-%m-%d %H:%M:%S')}: {what}: {' '.join(cmd[1:])}\n")
     log.flush()
     progress.said(run, what, "resumed" if what.startswith("resumed") else "started")
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), run, log, what
+    return start(cmd, log, env), run, log, what
+
+
+def start(cmd, log, env):
+    """A run's process, its output appended to its train.log."""
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 class Progress:
@@ -704,8 +709,10 @@ def records_of(runs_dir, roundings=("plain",)):
             seed = int(os.path.basename(folder)[4:])
             run = plan([name], [seed], runs_dir, roundings=[rounding])[0]
             what, detail = state(run)
-            with open(os.path.join(folder, "config.json")) as f:
-                edited = (json.load(f).get("code") or {}).get("edited")
+            edited = None
+            if what == "finished":
+                with open(os.path.join(folder, "config.json")) as f:
+                    edited = (json.load(f).get("code") or {}).get("edited")
             why = ("; ".join(detail) if what == "differs" else "not finished" if what != "finished"
                    else f"{', '.join(edited)} edited" if edited else None)
             if why:

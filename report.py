@@ -613,8 +613,8 @@ def check_runs(records, runs_dir, roundings=None):
                                                             and (r["experiment"], r["seed"], rounding) in recorded):
                 continue
             folder = os.path.join(provenance.rounding_dir(runs_dir, rounding), r["experiment"], f"seed{r['seed']}")
-            if not os.path.isfile(os.path.join(folder, "metrics.jsonl")):
-                continue
+            if not all(os.path.isfile(os.path.join(folder, name)) for name in ("metrics.jsonl", "config.json")):
+                continue  # no run there, or none that table --write could have recorded
             with open(os.path.join(folder, "config.json")) as f:
                 config = json.load(f)
             if rounding_of(config) != rounding:
@@ -633,15 +633,6 @@ def check_runs(records, runs_dir, roundings=None):
                          f"{name}: {difference_text(*diff[0], folder)}"
                          + (f" (and {len(diff) - 1} more)" if len(diff) > 1 else ""))
     return lines + verdict_lines(other), checked
-
-
-def difference_text(key, recorded, found, folder):
-    """One number that differs, in words: 'final is 0.7 in FOLDER, 0.72 in results.jsonl'; a number that became
-    nan, or that appeared or vanished, named so."""
-    if found is None or recorded is None:
-        return f"{key} {'vanished' if found is None else 'appeared'}: {found} in {folder}, {recorded} in results.jsonl"
-    nan = isinstance(found, float) and math.isnan(found) and not (isinstance(recorded, float) and math.isnan(recorded))
-    return f"{key} {'became nan' if nan else 'is ' + str(found)} in {folder}, {recorded} in results.jsonl"
 
 
 def verdict_lines(other):
@@ -674,6 +665,18 @@ def verdict_lines(other):
                        f"seeds here, {b} of {len(seeds)} in the record: "
                        + (f"DIFFERS (seed{'s' * (len(differ) > 1)} {', '.join(differ)})" if differ else "agrees"))
     return out
+
+
+def difference_text(path, recorded, found, folder):
+    """One difference as check says it: a number that vanished, appeared or became nan, in those words; else
+    its two values."""
+    if found is None:
+        return f"{path} vanished from {folder}, {recorded} in results.jsonl"
+    if recorded is None:
+        return f"{path} appeared in {folder} ({found}), none in results.jsonl"
+    if isinstance(found, float) and math.isnan(found):
+        return f"{path} became nan in {folder}, {recorded} in results.jsonl"
+    return f"{path} is {found} in {folder}, {recorded} in results.jsonl"
 
 
 def count_numbers(x):

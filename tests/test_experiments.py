@@ -525,7 +525,7 @@ def test_a_rounding_runs_into_its_own_folder_with_its_threads_and_environment(tm
         ("threads2", str(tmp_path / "exp-threads2" / "default" / "seed0"), 2),
         ("avx2", str(tmp_path / "exp-avx2" / "default" / "seed0"), 1)]
     started = []
-    monkeypatch.setattr(experiments.subprocess, "Popen", lambda cmd, stdout, stderr, env: started.append(env))
+    monkeypatch.setattr(experiments, "start", lambda cmd, log, env: started.append(env))
     progress = experiments.Progress(runs, [("new", "")] * 3, 1)
     for run in runs:
         experiments.launch(run, "new", "", 1, progress)

@@ -163,7 +163,15 @@ def hand_made_run():
                "resp_len_wrong": 10 if s <= 20 else 30 if s <= 50 else 16 if s <= 75 else None if s == 76 else 24,
                "resp_len": s / 10, "clip_frac": 0.03 if s > 90 else 0.01, "sampler_gap": 0.02,
                "kl_exact": 0.5, "kl": 0.6 if s % 2 else 0.45, "signal_groups": 3 if s <= 50 else 4,
-               "sampler_entropy": 0.2 if s > 90 else 1.5, "grad_norm_max": 2.0 if s <= 50 else 1.0}
+               "sampler_entropy": 0.2 if s > 90 else 1.5, "grad_norm_max": 2.0 if s <= 50 else 1.0,
+               # the fixes' gates and the stale negatives (their means over the run; None: a step without any)
+               "zero_std_frac": 0.5 if s <= 50 else 0.25, "tis_weight_mean": 1.0 if s <= 50 else 0.9,
+               "sampler_kl_k3": 0.02 if s <= 80 else 0.07, "tis_weight_above_2": 0.1 if s <= 10 else 0.0,
+               "ppo_kl": 0.001 * (s % 4), "clip_high_lowp_frac": None if s <= 50 else 0.6,
+               "adv_correct_corr": None if s <= 20 else 0.5 if s <= 60 else 1.0,
+               "neg_ratio_above_3": 0.04 if s % 2 else 0.0, "neg_far_frac": 0.3 if s > 75 else 0.1,
+               "neg_sampler_kl": -0.05 if s <= 50 else 0.15, "pg_k1": None if s <= 50 else 2.0,
+               "logratio_std_token": 0.4 if s <= 10 else 0.1}
         if s % 10 == 0:
             row.update(eval_acc=acc[s], eval_sampled_acc=sampled[s], eval_pass_at_k=0.95 if s == 100 else 0.9,
                        eval_distinct=3.0 - s / 80)
@@ -209,6 +217,19 @@ EXPECTED = [  # (run_summary key, value, how it is known)
     ("mean_grad_norm_max", 1.5, "over the run: 50 steps at 2.0, 50 at 1.0"),
     ("clipped_steps", 0.5, "steps above 1: the 50 at 2.0; the 50 at exactly 1.0 are not"),
     ("think_half_step", 81, "the first 3-step mean of reward_format at or above 0.5: (0.4 + 0.4 + 0.8) / 3"),
+    ("eval_low", 0.4, "the lowest evaluation after the start, step 100's; not step 0's 0.3"),
+    ("mean_zero_std_frac", 0.375, "over the run: 50 steps at 0.5, 50 at 0.25"),
+    ("mean_tis_weight_mean", 0.95, "over the run: 50 steps at 1.0, 50 at 0.9"),
+    ("mean_sampler_kl_k3", 0.03, "over the run: (80 * 0.02 + 20 * 0.07) / 100"),
+    ("mean_tis_weight_above_2", 0.01, "over the run: 10 steps at 0.1"),
+    ("mean_ppo_kl", 0.0015, "over the run: 0, 1, 2, 3 thousandths by turns"),
+    ("mean_clip_high_lowp_frac", 0.6, "over the steps that clipped high, 51-100; the others have none, not 0"),
+    ("mean_adv_correct_corr", 0.75, "over the steps that have one, 21-100: forty at 0.5, forty at 1.0"),
+    ("mean_neg_ratio_above_3", 0.02, "over the run: 0.04 and 0 by turns"),
+    ("mean_neg_far_frac", 0.15, "over the run: (75 * 0.1 + 25 * 0.3) / 100"),
+    ("mean_neg_sampler_kl", 0.05, "over the run: 50 steps at -0.05, 50 at 0.15"),
+    ("mean_pg_k1", 2.0, "over the steps that have one, 51-100"),
+    ("early_logratio_std_token", 0.4, "the first 10 steps; the run's mean would be 0.13"),
 ]
 
 
@@ -221,6 +242,8 @@ def test_every_number_a_fix_is_judged_by_has_a_hand_made_answer():
     keys = {e[0] for e in EXPECTED}
     assert {fix[4] for fix in report.FIXES.values()} <= keys
     assert {k for k, _, _ in report.COLUMNS} <= keys
+    assert {key for gates in report.GATES.values() for key, _ in gates} <= keys  # the fixes table's gates
+    assert {"clipped_steps", "mean_sampler_kl_k3", "eval_low", "final"} <= keys  # the stale negatives' table
 
 
 # ------------------------------------------------------------------- a run that lacks a number

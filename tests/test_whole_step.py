@@ -680,6 +680,56 @@ def test_lag_pi_old_learner_makes_pi_old_the_learner_at_the_step_and_the_tis_wei
         assert_grad(u, -A[:, None] * w * W)  # ratio 1: the clip is idle, each token's term weighted by w
 
 
+@pytest.mark.parametrize("minibatches", [1, 2])
+@pytest.mark.parametrize("lag_pi_old", ["sampler", "learner"])
+def test_tis_and_the_off_policy_mask_act_by_their_formulas_in_every_update_of_a_lagged_step(
+        warm_policy, table, lag_pi_old, minibatches):
+    """--rollout-lag 1, mu 2, sampled at T 1.6 and learnt at T 1, two steps on one queue: in every update of both
+    steps, each token's TIS weight is min(pi_old / pi_sampler, C) and the off-policy mask drops the negative
+    answers whose mean log pi_sampler - log pi_theta passes delta. pi_sampler: the policy that sampled the batch,
+    at T 1.6; pi_old as --lag-pi-old defines it (sampler: that policy at T 1, its log-probs taken when it sampled;
+    learner: the learner as the step found it); pi_theta: the update's own. From the second update on pi_theta
+    has left pi_old, so a weight or a mask taken from the wrong pair of policies gives other numbers there (the
+    test asserts that it does before checking)."""
+    model, enc = warm_policy()
+    cfg = GRPOConfig(**{**BASE, "mu": 2, "minibatches": minibatches}, rollout_lag=1, lag_pi_old=lag_pi_old,
+                     tis_cap=2.0, off_policy_mask=1.0, temperature=1.6, learner_temperature=1.0)
+    opt, lagged, steps, sampled = torch.optim.Adam(model.parameters(), lr=3e-3), collections.deque(), [], []
+    for seed in (1, 2):
+        steps.append(run(model, enc, cfg, seed=seed, opt=opt, lagged=lagged))
+        sampled.append(lagged[-1][0])
+    batch, sampler = sampled[0], steps[0].before  # lags 0, then 1: both steps train on the first step's batch
+    m, A = completion(batch), advantages(batch.rewards["total"], 4)
+    pi_sampler = logprobs(sampler, batch, 1.6)  # (B, T) what drew each token
+    torch.testing.assert_close(batch.sampler_logp[m].double(), pi_sampler[m], rtol=1e-4, atol=1e-5)
+    tis_pairs_differ, mask_pairs_differ, seen = False, False, collections.Counter()
+    for s in steps:
+        assert s.batch is batch and len(s.updates) == 2 * minibatches
+        pi_old = logprobs(sampler if lag_pi_old == "sampler" else s.before, batch, 1.0)  # (B, T)
+        masked = []
+        for u in s.updates:
+            mu = m[u.rows]
+            lp, old, q = logprobs(u.policy, batch, 1.0, u.rows), pi_old[u.rows], pi_sampler[u.rows]
+            torch.testing.assert_close(u.old[mu].double(), old[mu], rtol=1e-4, atol=1e-5)
+            w = (old - q).exp().clamp(max=cfg.tis_cap)  # (b, T) min(pi_old / pi_sampler, C)
+            far = ((q - lp) * mu).sum(1) / mu.sum(1)  # (b,) each answer's mean log pi_sampler - log pi_theta
+            neg = A[u.rows] < 0  # (b,)
+            assert (far[neg] - cfg.off_policy_mask).abs().min() > 1e-3  # no negative answer on the edge
+            keep = ~(neg & (far > cfg.off_policy_mask))  # (b,)
+            # the wrong pairs: pi_theta / pi_sampler for the weight, pi_old against the sampler for the mask
+            tis_pairs_differ |= bool(((lp - q).exp().clamp(max=cfg.tis_cap) - w)[mu].abs().max() > 0.05)
+            far_old = ((q - old) * mu).sum(1) / mu.sum(1)
+            mask_pairs_differ |= not torch.equal(keep, ~(neg & (far_old > cfg.off_policy_mask)))
+            W = token_weights(mu, cfg.loss_agg, cfg.max_new_tokens)
+            assert_grad(u, pg_grad(lp, old, A[u.rows] * keep, W, cfg) * w, atol=1e-6)
+            masked.append((~keep).double().mean().item())
+            seen.update(capped=int((w[mu] == cfg.tis_cap).sum()), dropped=int((~keep).sum()),
+                        kept_negatives=int((neg & keep).sum()))
+        assert s.stats["off_policy_masked_frac"] == pytest.approx(sum(masked) / len(masked), rel=1e-6)
+    assert tis_pairs_differ and mask_pairs_differ  # the test reached updates where the wrong pairs give other numbers
+    assert min(seen[k] for k in ("capped", "dropped", "kept_negatives")) > 0, seen  # the cap and the mask both acted
+
+
 @pytest.mark.parametrize("C", [0.0, 1.0])
 def test_adv_clip_clamps_each_advantage_to_plus_minus_c(warm_policy, table, C):
     """--adv-clip C: the update's advantages are the group's, clamped to [-C, C] (0: off). TABLE's group
@@ -1038,12 +1088,15 @@ FLAG_TESTS = {  # GRPOConfig field -> the tests in this file that run a step wit
     "kl_cov": ["test_kl_cov_adds_the_sign_of_log_r_on_the_tokens_of_largest_covariance"],
     "fused_head": ["test_fused_head_goes_from_hidden_states_without_the_logits"],
     "share_prompts": ["test_share_prompts_runs_each_groups_prompt_once_with_the_same_numbers"],
-    "tis_cap": ["test_tis_cap_weights_each_token_by_the_capped_learner_to_sampler_ratio"],
+    "tis_cap": ["test_tis_cap_weights_each_token_by_the_capped_learner_to_sampler_ratio",
+                "test_tis_and_the_off_policy_mask_act_by_their_formulas_in_every_update_of_a_lagged_step"],
     "keep_sampling_mask": ["test_keep_sampling_mask_makes_the_learners_logprobs_the_samplers"],
-    "off_policy_mask": ["test_off_policy_mask_drops_the_negative_sequences_far_from_the_sampler"],
+    "off_policy_mask": ["test_off_policy_mask_drops_the_negative_sequences_far_from_the_sampler",
+                        "test_tis_and_the_off_policy_mask_act_by_their_formulas_in_every_update_of_a_lagged_step"],
     "kl_reweight": ["test_kl_estimator_level_and_reweight_through_the_step"],
     "rollout_lag": ["test_rollout_lag_trains_on_the_batch_sampled_k_steps_ago_with_the_policy_that_sampled_it_as_pi_old"],
-    "lag_pi_old": ["test_lag_pi_old_learner_makes_pi_old_the_learner_at_the_step_and_the_tis_weights_the_stale_samplers"],
+    "lag_pi_old": ["test_lag_pi_old_learner_makes_pi_old_the_learner_at_the_step_and_the_tis_weights_the_stale_samplers",
+                   "test_tis_and_the_off_policy_mask_act_by_their_formulas_in_every_update_of_a_lagged_step"],
     "exact_kl": ["test_exact_kl_logs_the_kl_over_the_whole_vocabulary_and_changes_nothing_else"],
     "lr": ["test_lr_is_the_size_of_adams_first_step"],
     "sampler_dtype": ["test_sampler_dtype_draws_from_bf16_weights_beside_the_fp32_learner",

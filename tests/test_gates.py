@@ -1,0 +1,180 @@
+"""The gates and the fixes' numbers a step logs (stats.py), each against its formula on a hand-built batch
+or update whose expected value is worked out by hand below.
+
+    python -m pytest -q tests/test_gates.py
+
+A fix's verdict reads a number of the run without it and with it, and its gates say whether the run without
+it had anything for the fix to act on (report.FIXES, report.GATES); run_summary averages what a step logs.
+A gate on the wrong scale or over the wrong denominator still gives a plausible number, so each is checked
+at the value its formula gives, on cases chosen to tell the right scale and denominator from the wrong ones:
+
+    tis_weight_above_2   share of the answers' tokens with w = pi_old / pi_sampler > 2 (a weight of 2 exactly
+                         is not capped by --tis-cap 2, so not counted; log w > 2 would be another gate)
+    tis_weight_mean      mean of w over the answers' tokens (min and max beside it)
+    neg_far_frac         of ALL the update's answers, the share with A < 0 and a mean log pi_sampler - log pi
+                         above 0.1 (what --off-policy-mask 0.1 would drop), not a share of the negatives
+    ppo_kl               mean over the answers' tokens of log pi_old - log pi (verl's)
+    signal_groups        the groups whose rewards are not all equal: a count of groups, not of answers
+    adv_correct_corr     Pearson's correlation of the advantage with the correctness reward, not the total
+    truncated_frac       share of the answers cut at the cap
+    reward_<term>        each reward term's mean over the answers (reward_format: the reasoned share)
+    sampler_entropy      mean of the sampler's entropy over the answers' tokens
+
+The gates tested elsewhere, each against a value worked out by hand or computed independently there, are
+listed in tests/README.md ("Which test guards each gate"); test_every_gate_has_a_guard keeps that table whole.
+"""
+import math
+import os
+import re
+import statistics
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import grpo
+import report
+import stats
+from config import GRPOConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# ------------------------------------------------------------------- a sampled batch (stats.batch_stats)
+
+# 6 answers in 2 groups of 3, (6, 4): column 0 is the prompt's last token, columns after an answer padding. Off the
+# answers the sampler gave 0.01 and the learner 0.9 (w = 90), so a number that counted them would be far off.
+MASK = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 0], [0, 1, 0, 0], [0, 1, 1, 1], [0, 1, 0, 0], [0, 1, 0, 0]], dtype=torch.bool)
+Q = torch.tensor([[0.01, 0.2, 0.4, 0.01], [0.01, 0.25, 0.8, 0.01], [0.01, 0.5, 0.01, 0.01],  # pi_sampler
+                  [0.01, 0.8, 0.2, 0.3], [0.01, 0.9, 0.01, 0.01], [0.01, 0.2, 0.01, 0.01]], dtype=torch.float64)
+P = torch.tensor([[0.9, 0.6, 0.6, 0.9], [0.9, 0.5, 0.4, 0.9], [0.9, 0.5, 0.9, 0.9],  # pi_old
+                  [0.9, 0.2, 0.8, 0.3], [0.9, 0.9, 0.9, 0.9], [0.9, 0.5, 0.9, 0.9]], dtype=torch.float64)
+WEIGHTS = [[3.0, 1.5], [2.0, 0.5], [1.0], [0.25, 4.0, 1.0], [1.0], [2.5]]  # w = P / Q of each answer's tokens
+ENTROPY = torch.tensor([[9.0, 1.0, 2.0, 9.0], [9.0, 0.5, 0.5, 9.0], [9.0, 3.0, 9.0, 9.0],  # the sampler's, nats
+                        [9.0, 1.0, 1.0, 1.0], [9.0, 0.0, 9.0, 9.0], [9.0, 2.0, 9.0, 9.0]], dtype=torch.float64)
+CORRECT = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+FORMAT = torch.tensor([0.0, 1.0, 0.0, 1.0, 1.0, 1.0])
+TOTAL = CORRECT + 0.5 * FORMAT  # [1, 0.5, 0 | 0.5, 0.5, 0.5]: group 0 has a signal, group 1 none
+ADV = torch.tensor([1.0, 0.0, -1.0, 0.0, 0.0, 0.0], dtype=torch.float64)  # group 0: (r - 0.5) / 0.5; group 1: 0
+TRUNCATED = torch.tensor([False, True, False, False, False, True])
+
+
+@pytest.fixture(scope="module")
+def batch_logged():
+    batch = SimpleNamespace(rewards={"total": TOTAL, "correct": CORRECT, "format": FORMAT}, loss_mask=MASK, mask=MASK,
+                            truncated=TRUNCATED, sampler_logp=Q.log(), sampler_entropy=ENTROPY)
+    step = stats.StepStats()
+    stats.batch_stats(step, batch, ADV, torch.tensor([False, True]), P.log(), MASK, G=3)
+    return step.result()
+
+
+def test_the_hand_built_batch_has_the_weights_it_says():
+    w = (P.log() - Q.log()).exp()
+    assert w[MASK].tolist() == pytest.approx([x for answer in WEIGHTS for x in answer])
+    assert w[1, 1].item() == 2.0  # exactly: the edge of --tis-cap 2
+
+
+def test_tis_weight_above_2_is_the_share_of_tokens_whose_weight_passes_2(batch_logged):
+    """3, 4 and 2.5 of the 10 tokens; not 2 itself (the cap leaves it as it is), nor a weight whose log passes 2."""
+    assert batch_logged["tis_weight_above_2"] == pytest.approx(3 / 10)
+
+
+def test_tis_weight_mean_min_and_max_are_over_the_answers_tokens(batch_logged):
+    assert batch_logged["tis_weight_mean"] == pytest.approx(16.75 / 10)  # 3 + 1.5 + 2 + 0.5 + 1 + 0.25 + 4 + 1 + 1 + 2.5
+    assert batch_logged["tis_weight_min"] == pytest.approx(0.25) and batch_logged["tis_weight_max"] == pytest.approx(4.0)
+
+
+def test_signal_groups_counts_groups_not_answers(batch_logged):
+    """Group 0's rewards 1, 0.5, 0 differ (two answers differ from its first), group 1's are all 0.5."""
+    assert batch_logged["signal_groups"] == 1
+
+
+def test_adv_correct_corr_is_pearsons_with_the_correctness_reward_not_the_total(batch_logged):
+    """A = [1, 0, -1, 0, 0, 0], correct = [1, 0, 0, 0, 0, 0]: cov 1 (sums), var 2 and 5/6, so the correlation is
+    1 / sqrt(2 * 5/6) = sqrt(3/5). The total reward is 0.5 + 0.5 A, whose correlation would be 1."""
+    assert batch_logged["adv_correct_corr"] == pytest.approx(math.sqrt(3 / 5))
+    assert batch_logged["adv_correct_corr"] == pytest.approx(statistics.correlation(ADV.tolist(), CORRECT.tolist()))
+    assert statistics.correlation(ADV.tolist(), TOTAL.tolist()) == pytest.approx(1.0)
+
+
+def test_truncated_frac_is_the_share_of_answers_cut_at_the_cap(batch_logged):
+    assert batch_logged["truncated_frac"] == pytest.approx(2 / 6)
+
+
+def test_each_reward_term_is_its_mean_over_the_answers(batch_logged):
+    """reward (the total), reward_correct and reward_format (what think_half_step reads) over the 6 answers."""
+    assert batch_logged["reward"] == pytest.approx(3 / 6)  # 1 + 0.5 + 0 + 3 * 0.5
+    assert batch_logged["reward_correct"] == pytest.approx(1 / 6)
+    assert batch_logged["reward_format"] == pytest.approx(4 / 6)
+
+
+def test_sampler_entropy_is_the_mean_over_the_answers_tokens(batch_logged):
+    assert batch_logged["sampler_entropy"] == pytest.approx(12.0 / 10)  # (1 + 2) + (0.5 + 0.5) + 3 + 3 + 0 + 2
+
+
+# ------------------------------------------------------------------- an update (stats.update_stats)
+
+# 4 answers, (4, 4), column 0 the prompt's: A = 1, -1, -1, 0.5. Each answer's tokens: pi_theta's log-probs, the
+# sampler's above them by FAR (a mean of 0.5, 0.3, 0.05, 0 an answer), pi_old's above them by DRIFT.
+UMASK = torch.tensor([[0, 1, 0, 0], [0, 1, 1, 0], [0, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.bool)
+UADV = torch.tensor([1.0, -1.0, -1.0, 0.5], dtype=torch.float64)
+LOGP = torch.tensor([[-0.7, -1.0, -2.0, -0.3], [-0.7, -0.5, -1.5, -0.3], [-0.7, -2.0, -0.2, -0.3],
+                     [-0.7, -0.9, -1.1, -0.4]], dtype=torch.float64)
+FAR = torch.tensor([[5.0, 0.5, 5.0, 5.0], [5.0, 0.2, 0.4, 5.0], [5.0, 0.1, 0.0, 5.0], [5.0, 0.0, 0.0, 0.0]],
+                   dtype=torch.float64)  # 5 off the answers: counted, every answer would be far
+DRIFT = torch.tensor([[3.0, 0.2, 3.0, 3.0], [3.0, -0.1, 0.3, 3.0], [3.0, 0.0, 0.4, 3.0], [3.0, 0.1, 0.1, -0.2]],
+                     dtype=torch.float64)  # log pi_old - log pi_theta; 3 off the answers
+
+
+@pytest.fixture(scope="module")
+def update_logged():
+    old, sampler = LOGP + DRIFT, LOGP + FAR
+    loss = grpo.grpo_loss(LOGP, old, None, UADV, UMASK, GRPOConfig(clip=0.2))
+    step = stats.StepStats()
+    stats.update_stats(step, loss, LOGP, old, torch.zeros_like(LOGP), UMASK, torch.tensor(1.0), None, UADV, sampler)
+    return step.result()
+
+
+def test_neg_far_frac_is_a_share_of_all_the_updates_answers(update_logged):
+    """Far (mean log pi_sampler - log pi above 0.1): answer 0 (0.5, but A > 0) and answer 1 (0.3, A < 0); answer
+    2 is negative but near (0.05). One answer the mask would drop, over the update's 4 answers: 1/4 (of the two
+    negatives it would be 1/2; far answers of either sign, 2/4)."""
+    answers = len(UADV)  # the denominator: every answer of the update, whatever its sign
+    far = ((FAR * UMASK).sum(1) / UMASK.sum(1)).tolist()
+    assert far == pytest.approx([0.5, 0.3, 0.05, 0.0])
+    assert update_logged["neg_far_frac"] == pytest.approx(1 / answers) and answers == 4
+
+
+def test_ppo_kl_is_the_mean_of_log_pi_old_minus_log_pi_over_the_answers_tokens(update_logged):
+    # (0.2) + (-0.1 + 0.3) + (0 + 0.4) + (0.1 + 0.1 - 0.2) = 0.8 over 8 tokens
+    assert update_logged["ppo_kl"] == pytest.approx(0.8 / 8)
+
+
+# ------------------------------------------------------------------- every gate has a guard
+
+def guard_table():
+    """{run_summary key: ([logged numbers], [tests])} from tests/README.md's table "Which test guards each gate"."""
+    with open(os.path.join(ROOT, "tests", "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    part = text[text.index("## Which test guards each gate"):]
+    rows = {}
+    for line in part.splitlines()[1:]:
+        if line.startswith("## "):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("| `") else None
+        if cells and len(cells) == 4:
+            rows[cells[0].strip("`")] = (re.findall(r"`(\w+)`", cells[1]), re.findall(r"`([\w/.]+::\w+)`", cells[3]))
+    return rows
+
+
+def test_every_gate_and_fix_metric_has_a_guard_that_exists():
+    """Each number a fix is judged by (report.FIXES) and each gate (report.GATES) has a row in tests/README.md's
+    table, which names the test of its logged number and of run_summary's mean of it; each test named exists."""
+    rows = guard_table()
+    keys = {fix[4] for fix in report.FIXES.values()} | {key for gates in report.GATES.values() for key, _ in gates}
+    assert not keys - set(rows), f"gates or fix metrics without a row in tests/README.md: {sorted(keys - set(rows))}"
+    for key, (_, tests) in rows.items():
+        assert tests, key
+        for test in tests:
+            path, name = test.split("::")
+            with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+                assert re.search(rf"^def {name}\(", f.read(), re.M), f"{key}: {test} does not exist"
