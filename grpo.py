@@ -88,7 +88,7 @@ def advantages(batch, cfg):
     """(B,) advantages of a batch: of the summed reward, or GDPO's of each term first; --adv-clip C clamps
     each to [-C, C] (a lone right answer among 8 gets 2.47 under the group's std)."""
     if cfg.reward_norm == "norm_then_sum":
-        adv = gdpo_advantages(batch.rewards, rewards.term_weights(cfg.format_weight, cfg.overlong_cache), cfg.group_size, cfg.adv_norm)
+        adv = gdpo_advantages(batch.rewards, rewards.term_weights(cfg), cfg.group_size, cfg.adv_norm)
     elif cfg.reward_norm == "sum_then_norm":
         adv = group_advantages(batch.rewards["total"], cfg.group_size, cfg.adv_norm)
     else:

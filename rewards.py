@@ -26,6 +26,7 @@ Where this departs from the book (rasbt/reasoning-from-scratch):
 """
 import re
 
+from config import GRPOConfig  # the run's settings: which terms are paid, and how much
 from tasks import THINK_CLOSE as CLOSE, THINK_OPEN as OPEN  # the one definition of the tags
 from tasks import math_answer_equal
 
@@ -167,22 +168,24 @@ def overlong_penalty(n_tokens: int, max_len: int, cache_len: int) -> float:
     return float(min(0.0, max(-1.0, penalty)))
 
 
-def term_weights(format_weight: float, overlong_cache: int = 0) -> dict:
-    """The reward's terms and their weights: total = sum of weight * term. A term of weight 0 is off, and
-    `score` leaves it out, so a run logs only the terms it pays (docs/metrics.md). GDPO (grpo.py,
-    --reward-norm norm_then_sum) normalises each term on its own first."""
-    return {"correct": 1.0, "format_paid": format_weight, "overlong": 1.0 if overlong_cache > 0 else 0.0}
+def term_weights(cfg=None) -> dict:
+    """The reward's terms and their weights, from the run's settings (a GRPOConfig): total = sum of weight *
+    term. A term of weight 0 is off, and `score` leaves it out, so a run logs only the terms it pays
+    (docs/metrics.md). GDPO (grpo.py, --reward-norm norm_then_sum) normalises each term on its own first.
+    A new term is a line here and one in `score`: its flag reaches both through cfg."""
+    cfg = cfg or GRPOConfig()
+    return {"correct": 1.0, "format_paid": cfg.format_weight, "overlong": 1.0 if cfg.overlong_cache > 0 else 0.0}
 
 
-def score(completion: str, answer: int | str | frozenset, n_tokens: int, *, format_weight: float = 0.0,
-          gated: bool = False, max_len: int = 0, overlong_cache: int = 0, format_check: str = "strict") -> dict:
+def score(completion: str, answer: int | str | frozenset, n_tokens: int, cfg=None) -> dict:
     """The weighted total, the raw format check (logged always: the share of answers that reason), and each
-    term whose weight is not 0, as floats."""
+    term whose weight is not 0, as floats. cfg: the run's settings (a GRPOConfig; its defaults without one)."""
+    cfg = cfg or GRPOConfig()
     correct = correctness_reward(completion, answer)
-    fmt = FORMAT_CHECKS[format_check](completion)
-    weights = term_weights(format_weight, overlong_cache)
+    fmt = FORMAT_CHECKS[cfg.format_check](completion)
+    weights = term_weights(cfg)
     terms = {"correct": correct,
-             "format_paid": fmt * correct if gated else fmt,  # gated: the chapter's conditional reward
-             "overlong": overlong_penalty(n_tokens, max_len, overlong_cache)}
+             "format_paid": fmt * correct if cfg.gated else fmt,  # gated: the chapter's conditional reward
+             "overlong": overlong_penalty(n_tokens, cfg.max_new_tokens, cfg.overlong_cache)}
     total = sum(w * terms[k] for k, w in weights.items())
     return {"total": float(total), "format": fmt, **{k: v for k, v in terms.items() if weights[k] != 0}}

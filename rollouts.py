@@ -56,10 +56,7 @@ def rollout(policy, enc, problems, cfg, generator):
     loss_mask[:, :P - 1] = False  # targets before position P are prompt (or padding)
     completion = tokens[:, P:].masked_fill(~mask[:, P:], -1)  # (B, n) padding can never equal eot
     texts = decode_completions(enc, tokens, mask, P)
-    scores = [rewards.score(t, tasks.graded_answer(p), n, format_weight=cfg.format_weight, gated=cfg.gated,
-                            max_len=cfg.max_new_tokens, overlong_cache=cfg.overlong_cache,
-                            format_check=cfg.format_check)
-              for t, p, n in zip(texts, repeated, loss_mask.sum(1).tolist())]
+    scores = [rewards.score(t, tasks.graded_answer(p), n, cfg) for t, p, n in zip(texts, repeated, loss_mask.sum(1).tolist())]
     return Rollouts(tokens, mask, loss_mask, sampler_logp[:, 1:], sampler_entropy[:, 1:],
                     None if support is None else support[:, 1:],
                     truncated=~torch.isin(completion, torch.tensor(stop, device=completion.device)).any(1),

@@ -53,6 +53,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import tasks  # noqa: E402
+from config import GRPOConfig  # noqa: E402
 from tokenizer import build_tokenizer, encode_prompt  # noqa: E402
 
 D_MODEL, N_LAYER, N_HEAD = 128, 4, 4
@@ -149,7 +150,7 @@ def run_trl(threads, warmup, steps):
 
     def reward(completions, answer, **_):  # rewards.score on our own decoding of each completion
         ids = [[text_of[c] for c in text if c in text_of and text_of[c] != stop] for text in completions]
-        return [rewards.score(enc.decode(i), a, len(i), max_len=NEW_TOKENS)["total"] for i, a in zip(ids, answer)]
+        return [rewards.score(enc.decode(i), a, len(i), GRPOConfig(max_new_tokens=NEW_TOKENS))["total"] for i, a in zip(ids, answer)]
 
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(

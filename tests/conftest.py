@@ -80,7 +80,7 @@ def digit_reward(monkeypatch):
     """A trivially learnable reward with mixed values from the start: 1 for a leading digit."""
     import rewards
 
-    def score(text, answer, n_tokens, **kw):
+    def score(text, answer, n_tokens, cfg=None):
         r = float(text[:1].isdigit())
         return {"total": r, "correct": r, "format": 0.0, "format_paid": 0.0, "overlong": 0.0}
     monkeypatch.setattr(rewards, "score", score)

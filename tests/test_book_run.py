@@ -49,7 +49,7 @@ def book_args(book, tmp_path, *extra):
 def test_the_chapters_run_on_a_tiny_qwen3(book, tmp_path, capsys, monkeypatch):
     answers = []
 
-    def score(text, answer, n_tokens, **kw):  # a random model never answers: reward odd-length text instead
+    def score(text, answer, n_tokens, cfg=None):  # a random model never answers: reward odd-length text instead
         answers.append(answer)
         r = float(len(text) % 2)
         return {"total": r, "correct": r, "format": 0.0, "format_paid": 0.0, "overlong": 0.0}

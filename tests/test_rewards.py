@@ -13,6 +13,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from config import GRPOConfig  # noqa: E402
 from rewards import (MAX_DIGITS, book_format_reward, boxed_format_reward, correctness_reward, extract_boxed,  # noqa: E402
                      final_answer, format_reward, overlong_penalty, parse_int, score)
 
@@ -180,7 +181,7 @@ def test_format_reward(completion, expected):
 ])
 def test_book_format_reward(completion, expected):
     assert book_format_reward(completion) == expected
-    assert score(completion, 18, 10, format_weight=0.5, format_check="book")["format"] == expected
+    assert score(completion, 18, 10, GRPOConfig(format_weight=0.5, format_check="book"))["format"] == expected
 
 
 # ---- overlong_penalty ------------------------------------------------------------
@@ -215,15 +216,15 @@ def test_overlong_penalty_off():
     ("garbage", 18, False, 0.0),
 ])
 def test_score_gated_vs_ungated(completion, answer, gated, total):
-    out = score(completion, answer, n_tokens=10, format_weight=0.5, gated=gated)
+    out = score(completion, answer, 10, GRPOConfig(format_weight=0.5, gated=gated))
     assert set(out) == {"total", "correct", "format", "format_paid"}  # no overlong term without its cache
     assert out["total"] == pytest.approx(total)
 
 
 def test_score_with_overlong():
-    out = score(GOOD, 18, n_tokens=90, format_weight=0.5, max_len=100, overlong_cache=20)
+    out = score(GOOD, 18, 90, GRPOConfig(format_weight=0.5, max_new_tokens=100, overlong_cache=20))
     assert out == pytest.approx({"total": 1.0, "correct": 1.0, "format": 1.0, "format_paid": 1.0, "overlong": -0.5})
-    out = score(GOOD, 18, n_tokens=90)  # defaults: no format bonus, no penalty: neither term is there
+    out = score(GOOD, 18, 90)  # defaults: no format bonus, no penalty: neither term is there
     assert out == {"total": 1.0, "correct": 1.0, "format": 1.0}
 
 
@@ -232,7 +233,7 @@ def test_score_with_overlong():
     (-0.1, 8, {"correct", "format_paid", "overlong"})])
 def test_score_gives_a_term_only_where_its_weight_is_not_0(format_weight, overlong_cache, terms):
     """What a run logs as reward_<term>: the terms it pays, and the raw format check (the reasoned share) always."""
-    out = score(GOOD, 18, n_tokens=36, format_weight=format_weight, max_len=40, overlong_cache=overlong_cache)
+    out = score(GOOD, 18, 36, GRPOConfig(format_weight=format_weight, max_new_tokens=40, overlong_cache=overlong_cache))
     assert set(out) == {"total", "format"} | terms
     assert out["total"] == pytest.approx(1.0 + format_weight * 1.0 + (-0.5 if overlong_cache else 0.0))
 
@@ -270,8 +271,8 @@ def test_fuzz_finite_and_never_raises():
         value = None if boxed is None else parse_int(boxed)
         assert value is None or isinstance(value, int)
         kw = dict(format_weight=rng.choice([0.0, 0.5, 1.0]), gated=rng.random() < 0.5,
-                  max_len=rng.choice([0, 64, 256]), overlong_cache=rng.choice([0, 16, 64]))
-        out = score(text, answer, rng.randrange(400), **kw)
+                  max_new_tokens=rng.choice([0, 64, 256]), overlong_cache=rng.choice([0, 16, 64]))
+        out = score(text, answer, rng.randrange(400), GRPOConfig(**kw))
         for key, v in out.items():
             assert isinstance(v, float) and math.isfinite(v), (key, v, text)
         assert out["correct"] in (0.0, 1.0) and out["format"] in (0.0, 1.0)
@@ -326,7 +327,7 @@ LARGE = {
 def test_large_inputs_are_fast(name):
     text = LARGE[name]
     t0 = time.perf_counter()
-    out = score(text, 7, n_tokens=MB, format_weight=1.0, max_len=100, overlong_cache=10)
+    out = score(text, 7, MB, GRPOConfig(format_weight=1.0, max_new_tokens=100, overlong_cache=10))
     elapsed = time.perf_counter() - t0
     assert all(math.isfinite(v) for v in out.values())
     assert elapsed < 1.0, f"{elapsed:.3f} s for a {len(text)}-char string"

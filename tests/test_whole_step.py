@@ -98,11 +98,11 @@ def reward_table(monkeypatch, correct, fmt=None):
     so a step sees known rewards; fmt: the format term, paid with rewards.term_weights."""
     calls = []
 
-    def score(text, answer, n_tokens, format_weight=0.0, **kw):
+    def score(text, answer, n_tokens, cfg):
         i = len(calls) % len(correct)
         calls.append(i)
         f = 0.0 if fmt is None else float(fmt[i])
-        return {"total": float(correct[i]) + format_weight * f, "format": f, "correct": float(correct[i]),
+        return {"total": float(correct[i]) + cfg.format_weight * f, "format": f, "correct": float(correct[i]),
                 "format_paid": f, "overlong": 0.0}
     monkeypatch.setattr(rewards, "score", score)
     return calls
