@@ -383,8 +383,10 @@ def experiments_table(summaries, names=None):
 
 
 def seeds_of(summaries, names):
-    """The seed labels every one of the named experiments has, in seed order."""
-    return sorted(set.intersection(*(set(summaries.get(n, {})) for n in names)), key=lambda s: int(s[4:]))
+    """The seed labels every one of the named experiments has, in seed order ('seed0', or 'seed0 avx2' for a
+    seed under a rounding other than plain: pairs_from_results)."""
+    return sorted(set.intersection(*(set(summaries.get(n, {})) for n in names)),
+                  key=lambda s: (int(s[4:].split()[0]), s))
 
 
 def fixes_table(summaries):
@@ -728,10 +730,26 @@ def headline(lesson, summaries):
             f"{span([r.get('sampled_final') for r in f], percent)}, its reward down to {keeps(f)}")
 
 
+def pairs_from_results(records):
+    """{experiment: {"seed<k>" or "seed<k> <rounding>": summary}}: every recorded seed under every rounding, each
+    (seed, rounding) pair a run of its own (plain's keep their plain seed label)."""
+    out = {}
+    for r in records:
+        label = f"seed{r['seed']}" + (f" {r['rounding']}" if r["rounding"] != "plain" else "")
+        out.setdefault(r["experiment"], {})[label] = r["summary"]
+    return out
+
+
 def verdict_part(records, args, _):
-    """`verdict LESSON`: one line, the lesson's count of seeds held and its headline."""
-    summaries = summaries_from_results(records)
-    return f"**{held_text(args[0], summaries).capitalize()}:** {headline(args[0], summaries)}.\n"
+    """`verdict LESSON`: one line, the lesson's count of seed x rounding pairs held (and of each rounding's
+    seeds), and its headline over all the pairs."""
+    pairs = pairs_from_results(records)
+    seeds, verdicts = lesson_verdicts(args[0], pairs)
+    roundings = list(dict.fromkeys(s.split()[1] if " " in s else "plain" for s in seeds))
+    held = lambda rd: [h for s, (h, _) in verdicts.items() if (s.split()[1:] or ["plain"])[0] == rd]  # noqa: E731
+    each = ", ".join(f"{rd} {sum(held(rd))} of {len(held(rd))}" for rd in roundings)
+    return (f"**Held in {sum(h for h, _ in verdicts.values())} of {len(seeds)} seed x rounding pairs** ({each}): "
+            f"{headline(args[0], pairs)}.\n")
 
 
 def lesson_part(records, args, _):
