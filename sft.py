@@ -14,10 +14,15 @@ by imitation, deliberately leaving room for RL:
 - the warm-start chains are mostly short (`--level mixed`: 1-4 operations, 70% of them
   1-2) while RL trains and evaluates on longer ones (`medium`: 2-3 operations).
 
-    python sft.py                      # about 3 minutes on one CPU thread -> checkpoints/warmstart.pt
-    python sft.py --level mixed_search --label-smoothing 0.2 --out checkpoints/warmstart_search.pt  # 8 min
-    python sft.py --level mixed_many --eval-level many --out checkpoints/warmstart_many.pt    # 9 min
+    python sft.py                      # about 3 minutes on one CPU thread -> runs/warmstart.pt
+    python train.py --init runs/warmstart.pt     # GRPO from it
+    python sft.py --level mixed_search --label-smoothing 0.2 --out runs/warmstart_search.pt   # 8 min
     python sft.py --steps 50 --out /tmp/tiny.pt
+
+A build writes under runs/ unless --out says otherwise, never over a shipped warm start
+(checkpoints/, each with its sha256 and its command in SHIPPED) unless --out names it and
+--force is given: the shipped files are what every recorded number ran from, and a build
+on another machine rounds to other bytes, which train.py then refuses.
     torchrun --nproc-per-node 2 sft.py           # 2 processes (gloo, CPU), batch split over them
 
 The runaway's warm start (EXPERIMENTS.md, lesson 3) imitates chains and, half the
@@ -48,6 +53,7 @@ whole batch, DDP averages the gradients, and rank 0 alone writes the checkpoint.
 """
 import argparse
 import math
+import os
 import random
 import time
 
@@ -60,14 +66,16 @@ from evaluation import evaluate, pass_at_k
 from model import GPT, GPTConfig, count_params, save_checkpoint
 from tokenizer import build_tokenizer, encode_completion, encode_text, make_spec
 
-DEFAULT_CKPT = "checkpoints/warmstart.pt"  # train.py's default --init too
+DEFAULT_CKPT = "checkpoints/warmstart.pt"  # train.py's default --init
+DEFAULT_OUT = "runs/warmstart.pt"  # where a build goes unless --out says otherwise
 SHIPPED = {  # the warm starts that come with the code (each with its sha256 beside it) -> the command that built it
-    DEFAULT_CKPT: "python sft.py",
+    DEFAULT_CKPT: "python sft.py --out checkpoints/warmstart.pt --force",
     "checkpoints/warmstart_search.pt": "python sft.py --level mixed_search --label-smoothing 0.2 "
-                                       "--out checkpoints/warmstart_search.pt",
-    "checkpoints/warmstart_rare.pt": "python sft.py --think-opening-frac 0.01 --out checkpoints/warmstart_rare.pt",
+                                       "--out checkpoints/warmstart_search.pt --force",
+    "checkpoints/warmstart_rare.pt": "python sft.py --think-opening-frac 0.01 --out checkpoints/warmstart_rare.pt "
+                                     "--force",
     "checkpoints/warmstart_many.pt": "python sft.py --level mixed_many --eval-level many "
-                                     "--out checkpoints/warmstart_many.pt",
+                                     "--out checkpoints/warmstart_many.pt --force",
 }
 
 
@@ -189,6 +197,12 @@ def main(args):
     return model, enc, losses
 
 
+def shipped_over(path):
+    """True where path names a shipped warm start that is there (checkpoints/, SHIPPED)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.relpath(os.path.abspath(path), here) in SHIPPED and os.path.exists(path)
+
+
 def get_parser():
     ap = argparse.ArgumentParser(description="Warm start (SFT) a small GPT on solved problems.",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -217,7 +231,8 @@ def get_parser():
     ap.add_argument("--eval-size", type=int, default=500, help="held-out problems for greedy accuracy")
     ap.add_argument("--pass-k", type=int, default=8, help="report pass@k at temperature 1 (0: skip)")
     ap.add_argument("--pass-k-problems", type=int, default=200, help="eval problems used for pass@k")
-    ap.add_argument("--out", default=DEFAULT_CKPT, help="checkpoint path")
+    ap.add_argument("--out", default=DEFAULT_OUT, help="checkpoint path")
+    ap.add_argument("--force", action="store_true", help="write over a shipped warm start that --out names")
     ap.add_argument("--seed", type=int, default=0, help="random seed")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: see docs/performance.md, Sampling and training speed)")
     ap.add_argument("--log-every", type=int, default=50, help="print every N steps")
@@ -236,6 +251,10 @@ if __name__ == "__main__":
     if not 0 < args.think_opening_frac <= 1:
         get_parser().error(f"--think-opening-frac must be in (0, 1], got {args.think_opening_frac}: it is the share "
                            "of reasoned examples that teach the choice to open <think> (0 would never teach it)")
+    if shipped_over(args.out) and not args.force:
+        get_parser().exit(2, f"sft.py: error: --out {args.out} is a shipped warm start (its sha256 beside it): a build "
+                             f"writes elsewhere (--out runs/NAME.pt, then train.py --init runs/NAME.pt), or over it "
+                             f"with --force\n")
     if not 0 <= args.direct_frac <= 1:
         get_parser().error(f"--direct-frac must be in [0, 1], got {args.direct_frac}: it is the share of chains "
                            "answered without reasoning")

@@ -221,3 +221,17 @@ def test_label_smoothing_outside_0_1_is_refused_in_one_line(eps):
     out = subprocess.run([sys.executable, "sft.py", "--label-smoothing", eps], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 2 and "--label-smoothing must be in [0, 1)" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("out", ["checkpoints/warmstart.pt", "checkpoints/warmstart_search.pt"])
+def test_a_build_over_a_shipped_warm_start_is_refused_without_force(out):
+    """The shipped files are what the recorded numbers ran from: sft.py writes under runs/ by default, and over one
+    of them only when --out names it and --force is given."""
+    before = open(os.path.join(ROOT, out), "rb").read()
+    res = subprocess.run([sys.executable, "sft.py", "--out", out, "--steps", "1"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert f"sft.py: error: --out {out} is a shipped warm start" in res.stderr
+    assert open(os.path.join(ROOT, out), "rb").read() == before
+    import sft
+    assert sft.get_parser().parse_args([]).out == "runs/warmstart.pt"
