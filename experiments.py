@@ -7,14 +7,20 @@
     python experiments.py default --seeds 0 -- --lr 3e-4  # train.py flags for every run go after --
     python experiments.py all --seeds 0,1,2 --jobs 2      # the whole suite
     python experiments.py table                           # the table of the runs in runs/exp (report.py)
+    python experiments.py instability --rounding plain,avx2   # a lesson under two roundings (provenance.py)
+
+Edit a line of grpo.py and type the same command: the edited code runs into runs/exp/NAME+grpo.py
+and is drawn beside the experiment's runs of the unmodified code (yours, or the shipped ones in
+reference/), never taken for them. `--label NAME` names such runs yourself (NAME+LABEL).
 
 Each experiment is a list of train.py flags on top of COMMON (a flag given again in the
 experiment replaces COMMON's), run as `python train.py ...` in a subprocess, so what --list
 prints is exactly what you would type; `default` is `python train.py` itself. A suite continues
-as `make` does: a run already finished with the same flags is skipped, an interrupted one
-resumes from its last checkpoint (exactly: train.py's --resume), a folder that holds a run with
-other flags is refused (--rerun moves it aside), and each run's train.log is appended to. So a
-suite stopped at any moment, Ctrl-C or kill -9, is finished by typing its command again.
+as `make` does: a run already finished with the same flags and code is skipped, an interrupted
+one resumes from its last checkpoint (exactly: train.py's --resume), a folder that holds a run
+with other flags, other code or another rounding is refused (--rerun moves it aside), and each
+run's train.log is appended to. So a suite stopped at any moment, Ctrl-C or kill -9, is finished
+by typing its command again.
 
 Each question gets one figure (COMPARISONS), the mean over seeds with a min..max band, drawn
 for the experiments named into runs/exp/figures/ (--figures figures re-draws the shipped ones).
