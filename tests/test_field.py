@@ -171,11 +171,32 @@ def test_vespo_weighs_each_answer_by_the_gamma_kernel_of_its_whole_ratio():
     assert 0 < want_grad[1, 0] * N / 0.5 < 0.05  # a stale answer (w = e^1.7) weighs little: phi = 0.022
 
 
-# ---------------------------------------------------------------- corrections towards the learner
-
 IS_LOG_W = [[math.log(0.3), math.log(1.5), math.log(4.0)], [math.log(0.8), math.log(2.0)],
             [math.log(0.5), math.log(1.1), math.log(0.9), math.log(1.0)]]  # log pi_old / pi_sampler
 
+
+def test_vespo_folds_the_samplers_truncated_weights_into_its_answer_weight():
+    """With --tis-cap C, VESPO's w is pi / pi_old times the product of the answer's token weights min(pi_old /
+    pi_sampler, C) (the authors' rollout_is_weights): the sampler's ratio enters the Gamma kernel once, and the
+    policy gradient is not multiplied by the weights again."""
+    logp = leaf([[-1.0, -0.5, -2.0], [-0.2, -1.5], [-0.7, -0.3, -1.1, -0.9]])
+    log_r = tensor([[0.1, -0.2, 0.05], [0.2, 0.1], [-0.1, 0.0, 0.1, -0.05]])
+    old = logp.detach() - log_r
+    sampler = old - tensor(IS_LOG_W)  # pi_old / pi_sampler: 0.3, 1.5, 4 | 0.8, 2 | 0.5, 1.1, 0.9, 1
+    adv = [1.0, -0.5, 0.5]
+    cfg = GRPOConfig(objective="vespo", loss_agg="token_mean", tis_cap=2.0)
+    _, _, grad = loss_and_grad(logp, old, adv, cfg, sampler=sampler)
+    want = {}
+    for i, n in enumerate(LENGTHS):
+        k, lam = (2.0, 3.0) if adv[i] >= 0 else (3.0, 2.0)
+        w = math.exp(sum(log_r[i, t].item() for t in range(n))) * math.prod(
+            min(math.exp(IS_LOG_W[i][t]), 2.0) for t in range(n))
+        for t in range(n):
+            want[i, t] = -math.exp(lam) * w ** k * math.exp(-lam * w) * adv[i] / 9
+    assert_grad(grad, want)
+
+
+# ---------------------------------------------------------------- corrections towards the learner
 
 @pytest.mark.parametrize("mode", ["token_truncate", "token_mask"])
 def test_icepop_zeroes_the_weights_outside_the_band_where_tis_truncates_them(mode):
@@ -439,9 +460,9 @@ def test_grpo_py_stays_the_chapters_file_and_the_field_imports_it_never():
     assert len(src.splitlines()) <= 450
     first = next(n for n in ast.parse(src).body if isinstance(n, (ast.FunctionDef, ast.ClassDef)))
     assert first.name == "grpo_step"
-    imported = {a.name for n in ast.walk(ast.parse(inspect.getsource(field_methods)))
-                if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module for n in ast.walk(ast.parse(inspect.getsource(field_methods))) if isinstance(n, ast.ImportFrom)}
+    tree = ast.parse(inspect.getsource(field_methods))
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not imported & {"grpo", "train", "cli", "stats", "rollouts", "experiments", "report"}
     assert "field_methods" in {a.name for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Import) for a in n.names}
 
@@ -454,3 +475,86 @@ def test_every_field_function_names_the_source_it_was_checked_against():
             doc = fn.__doc__ or ""
             assert "arXiv" in doc or "verl" in doc or "TRL" in doc, name
     assert dataclasses.is_dataclass(GRPOConfig)
+
+
+# ---------------------------------------------------------------- the field's own bugs, on the shipped warm starts
+
+def sampled(path, level, n_prompts=16, **flags):
+    """A batch sampled by a shipped warm start (8 answers to each of n_prompts problems of a level, seed 0), and the
+    learner's own log-probs of it over the full vocabulary (pi_old, float32 as a step takes them)."""
+    import cli
+    import rollouts
+    import tasks
+    policy, enc, _ = cli.load_init(os.path.join(ROOT, "checkpoints", path))
+    cfg = GRPOConfig(group_size=8, max_new_tokens=40, **flags)
+    stream = tasks.problems(level, 0)
+    problems = [next(stream) for _ in range(n_prompts)]
+    batch = rollouts.rollout(policy, enc, problems, cfg, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        old = grpo.logprobs_no_grad(policy, batch, batch.loss_mask, cfg)
+    return policy, enc, cfg, batch, old
+
+
+def test_trl_6789_a_truncated_sampler_weighs_each_token_by_its_kept_mass():
+    """TRL #6789: with top-k or top-p, the sampler's log-probs are renormalised over the tokens it kept, the learner's
+    are over the whole vocabulary, so pi_old / pi_sampler = p / (p / S) = S, the mass the cut kept, at every token,
+    whichever token was drawn. On the search warm start (a base model's tail) at top-k 5 every token's weight is
+    but a few below 0.9 (mean 0.77) and 5% fall below 0.5, where IcePop's band zeroes them: not a policy change, a bias.
+    --keep-sampling-mask scores the learner over the same support: every weight is 1."""
+    policy, _, cfg, batch, old = sampled("warmstart_search.pt", "medium_search", top_k=5, keep_sampling_mask=True)
+    m = batch.loss_mask
+    with torch.no_grad():
+        p = (policy(batch.tokens[:, :-1], batch.mask[:, :-1]).double() / cfg.temperature).softmax(-1)
+        full = p.log().gather(-1, batch.tokens[:, 1:, None])[..., 0]  # log pi over the whole vocabulary
+    kept_mass = (p * batch.support).sum(-1)  # (B, T) S at each position
+    w = (full - batch.sampler_logp.double()).exp()  # the weight a learner over the full vocabulary gives
+    torch.testing.assert_close(w[m], kept_mass[m], rtol=1e-4, atol=1e-5)  # exactly the kept mass
+    assert (w[m] < 0.9).double().mean() > 0.99 and 0.7 < w[m].mean() < 0.85
+    assert 0.02 < (w[m] < 0.5).double().mean() < 0.1
+    torch.testing.assert_close(old[m].double().exp() / batch.sampler_logp[m].double().exp(),
+                               torch.ones_like(w[m]), rtol=1e-4, atol=1e-4)  # the kept mask: weight 1
+
+
+def test_trl_5814_a_sequence_weight_is_the_product_and_its_spread_grows_with_length():
+    """TRL #5814 / #5815: sequence-level IS summed the token log-ratios, so its weight is the product of the tokens'
+    (TRL's maintainers: that is the answer's likelihood ratio, unbiased; the proposed mean is GSPO's length-
+    normalised ratio). On the search warm start (answers of about 28 tokens) sampled by fp8 weights: the product's
+    mean stays near 1 (1.03: unbiased) but its median is 0.92 and 1.6% of answers pass TRL's cap 3, while the
+    geometric mean sits at 1.00. Where the token gap is a bias, not noise (top-p 0.9 without the kept mask, #6789),
+    the product compounds it over the answer: mean 0.15, where the geometric mean reads 0.90."""
+    for flags, product_mean, geo_mean in ((dict(sampler_dtype="fp8"), (0.95, 1.1), (0.99, 1.01)),
+                                          (dict(top_p=0.9), (0.05, 0.3), (0.85, 0.95))):
+        _, _, _, batch, old = sampled("warmstart_search.pt", "medium_search", n_prompts=32, **flags)
+        m = batch.loss_mask
+        log_w = ((old - batch.sampler_logp).double() * m).sum(1)  # (B,) the sum of the token log-ratios
+        product, geometric = log_w.exp(), (log_w / m.sum(1)).exp()
+        weights = field_methods.importance_weights(old, batch.sampler_logp, m, float("inf"), 0.0, "sequence_truncate")
+        torch.testing.assert_close(weights[:, 0].double(), product, rtol=1e-4, atol=1e-6)  # ours: the product
+        assert product_mean[0] < product.mean() < product_mean[1] and geo_mean[0] < geometric.mean() < geo_mean[1]
+        if "sampler_dtype" in flags:
+            assert product.median() < 0.97 and (product > 3).any()
+
+
+def test_verl_6280_our_cpu_learner_is_batch_invariant_so_an_on_policy_ratio_is_exactly_1():
+    """verl #6280: on a GPU, pi_old's log-probs taken over the whole batch and pi_theta's over a minibatch differ
+    (kernels pick their tiling by the batch's size, and so their order of summation), so the first update's ratio is
+    not 1 and the clip fraction not 0 where nothing has changed. Our CPU path is batch-invariant: every row's
+    log-probs are bitwise the same in one batch, in two halves and in uneven parts, with the fused head and without,
+    because each number is reduced over the model's width in one fixed order whatever the rows around it (the rows
+    only set the loops' lengths). So a step of two minibatches, whose pi_old comes from a pass over every row,
+    finds a ratio of exactly 1 and no clipping in its first update. (Unchecked here: a GPU with bf16 autocast.)"""
+    policy, enc, cfg, batch, old = sampled("warmstart.pt", "medium")
+    B, m = batch.tokens.shape[0], batch.loss_mask
+    for fused in (True, False):
+        c = dataclasses.replace(cfg, fused_head=fused)
+        with torch.no_grad():
+            whole = grpo.batch_logprobs(policy, batch, torch.arange(B), m, c)[0]
+            for cut in (B // 2, 1, 37):
+                parts = [grpo.batch_logprobs(policy, batch, rows, m, c)[0]
+                         for rows in (torch.arange(cut), torch.arange(cut, B))]
+                assert torch.equal(torch.cat(parts)[m], whole[m]), (fused, cut)
+    import tasks
+    stream = tasks.problems("medium", 0)
+    _, logged = grpo.grpo_step(policy, None, torch.optim.SGD(policy.parameters(), lr=0.0), enc, lambda: next(stream),
+                               16, dataclasses.replace(cfg, mu=1, minibatches=2), torch.Generator().manual_seed(0))
+    assert logged["ratio_min"] == logged["ratio_max"] == 1.0 and logged["clip_frac"] == 0.0
