@@ -370,6 +370,8 @@ def inert_flags(args):
                           "by every process's)"),
              **{name: (args.objective != "sapo", "without --objective sapo")
                 for name in ("sapo_tau_pos", "sapo_tau_neg")},
+             **{name: (args.objective in ("sapo", "vespo"), f"with --objective {args.objective}, which has no clip")
+                for name in ("clip", "clip_high")},
              **{name: (args.objective != "vespo", "without --objective vespo")
                 for name in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
              **{name: (not args.adaptive_entropy, "without --adaptive-entropy")

@@ -191,7 +191,7 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "entropy_bonus_01": (["--eval-pass-k", "8", "--entropy-coef", "0.1"], "... with an entropy bonus, alpha 0.1"),
     # the field past the chapter (field_methods.py, report.FIELD): each method on top of the regime where the failure
     # it answers lives, beside the chapter's own fix there, at its source's values
-    "book_sapo": ([*BOOK, "--kl", "0", "--mu", "4", "--clip", "inf", "--objective", "sapo", "--ratio-level", "token"],
+    "book_sapo": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "sapo", "--ratio-level", "token"],
                   "lesson 1's far off-policy epochs with SAPO's sigmoid gate (tau 1 / 1.05) instead of a clip"),
     "book_gmpo": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "gmpo", "--ratio-level", "token", "--clip", "0.4"],
                   "... with GMPO's geometric mean of the token ratios, clipped to (e^-0.4, e^0.4)"),

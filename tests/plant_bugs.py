@@ -473,6 +473,10 @@ BUGS = [
   "tests/test_whole_step.py -k rejection"),
  ("field: a --tis-floor above the cap accepted", "cli.py", "if args.tis_floor < 0 or (args.tis_cap > 0 and args.tis_floor >= args.tis_cap):", "if args.tis_floor < 0:",
   "tests/test_cli.py -k contradicting"),
+ ("field: BNPO normalised by every process's tokens", "field_methods.py", "        return (token_loss * m).sum() / m.sum().clamp(min=1)", "        return global_mean((token_loss * m).sum(), m.sum())",
+  "tests/test_distributed.py -k bnpo"),
+ ("field: REINFORCE++ whitened over this rank's answers only", "field_methods.py", "    N, total = all_sum(torch.stack([n.sum(), (n * rewards).sum()])).tolist()", "    N, total = torch.stack([n.sum(), (n * rewards).sum()]).tolist()",
+  "tests/test_distributed.py -k reinforce_pp"),
  ("field: a field method runs with its flag off", "grpo.py", "    if baseline != \"group\":\n", "    if True:\n",
   "tests/test_field.py -k off"),
 ]

@@ -144,7 +144,9 @@ def test_the_same_flags_where_they_act_pass_silently(argv, capsys):
     (["--tis-mode", "token_mask"], "--tis-mode", "without --tis-cap"),
     (["--rejection-bound", "0.1"], "--rejection-bound", "without --rejection"),
     (["--baseline", "leave_one_out", "--adv-norm", "group"], "--adv-norm", "with --baseline leave_one_out, which"),
-    (["--loss-agg", "bnpo"], "--loss-agg", "beyond token_mean in one process")])
+    (["--loss-agg", "bnpo"], "--loss-agg", "beyond token_mean in one process"),
+    (["--objective", "sapo", "--clip", "0.1"], "--clip", "with --objective sapo, which has no clip"),
+    (["--recipe", "vespo", "--clip-high", "0.3"], "--clip-high", "with --objective vespo, which has no clip")])
 def test_a_typed_flag_that_does_nothing_gets_one_warning_line(argv, flag, why, capsys):
     err = checked(argv, capsys)
     assert err.startswith(f"train.py: warning: {flag} does nothing") and why in err and err.count("\n") == 1
