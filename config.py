@@ -112,7 +112,7 @@ class GRPOConfig:
     entropy_coef_max: float = knob("objective", 1.0, "alpha's ceiling for --adaptive-entropy (TRL entropy_coef_max: 1; "
                                    "the Skywork-OR1 scripts: 0.005)")
     top_entropy_quantile: float = knob("objective", 1.0, "rho: the policy gradient only on the update's top rho of "
-                                       "tokens by entropy (the 80/20 rule, Wang et al. 2025, who use 0.2; TRL "
+                                       "tokens by entropy (the 80/20 rule, arXiv 2506.01939, which uses 0.2; TRL "
                                        "top_entropy_quantile; 1: every token)")
     kl_cov: float = knob("objective", 0.0, "k: KL-Cov (Cui et al.), the share k of an update's tokens whose log-prob "
                          "most covaries with their advantage pay |log pi - log pi_old| (verl's kl_cov_ratio; 0: off)")
@@ -122,7 +122,7 @@ class GRPOConfig:
                                "that samples amplifies (docs/performance.md); the recorded runs were made without it")
     # off-policy corrections
     tis_cap: float = knob("off-policy corrections", 0.0, "C: truncated importance sampling, weight each token by "
-                          "min(pi_old / pi_sampler, C) (0: off); the upper bound of --tis-mode's others",
+                          "min(pi_old / pi_sampler, C) (0: off); with --tis-floor or --tis-mode, the band's top",
                           inf="no cap")
     tis_floor: float = knob("off-policy corrections", 0.0, "the lower bound of --tis-cap's weight: truncated to it, or "
                             "masked below it (TRL vllm_importance_sampling_clip_min; 0: none)")
@@ -224,10 +224,10 @@ RECIPES["book_qwen3_format"] = dict(
     format_check="book", gated=False, chat_template=True)
 # The field past the chapter (field_methods.py): each recipe sets its method as its source gives it, and leaves the
 # rest at our defaults (this file's docstring: lr, group size, length), so a run differs from the default by the method.
-# SAPO (Gao et al. 2025, arXiv 2511.20347; TRL loss_type "sapo", verl "sapo"): the gate at tau_pos 1, tau_neg 1.05,
+# SAPO (arXiv 2511.20347; TRL loss_type "sapo", verl "sapo"): the gate at tau_pos 1, tau_neg 1.05,
 # each answer's mean (TRL and verl aggregate SAPO seq-mean-token-mean)
 RECIPES["sapo"] = dict(objective="sapo", sapo_tau_pos=1.0, sapo_tau_neg=1.05, loss_agg="seq_mean")
-# GMPO (Zhao et al. 2025, arXiv 2507.20673; verl "geo_mean" and its examples/gmpo_trainer scripts): the token
+# GMPO (arXiv 2507.20673; verl "geo_mean" and its examples/gmpo_trainer scripts): the token
 # log-ratios clipped to [-0.4, 0.4], the range (e^-0.4, e^0.4)
 RECIPES["gmpo"] = dict(objective="gmpo", clip=0.4, clip_high=0.4, loss_agg="seq_mean")
 # DPPO (Qi et al. 2026, arXiv 2602.04879; verl examples/dppo_trainer/run_qwen30b_dppo.sh): the TV bound 0.15, the

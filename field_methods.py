@@ -1,7 +1,7 @@
 """The field past the chapter: GRPO's variants that TRL and verl ship, each a flag that is off by default.
 
     python train.py --objective sapo                       # SAPO's gate in place of PPO's clip
-    python train.py --recipe gmpo                          # GMPO, at its paper's clip range
+    python train.py --recipe gmpo                          # GMPO, at verl's GMPO clip range
     python train.py --tis-cap 2 --tis-floor 0.5 --tis-mode token_mask   # IcePop's masked importance sampling
     python train.py --baseline leave_one_out               # RLOO's advantage
 
@@ -100,23 +100,23 @@ def nowhere(surrogate):
 
 
 def sapo_objective(ratio, A, tau_pos, tau_neg):
-    """SAPO (Gao et al. 2025, arXiv 2511.20347; TRL grpo_trainer loss_type "sapo", verl
+    """SAPO (arXiv 2511.20347; TRL grpo_trainer loss_type "sapo", verl
     compute_policy_loss_sapo), --objective sapo: a sigmoid gate in place of the hard clip,
 
         f(r) = sigmoid(tau (r - 1)) * 4 / tau,   tau = tau_pos where A > 0, tau_neg where A <= 0
         surrogate = f(r) * A
 
     Its derivative in log r is 4 r sigmoid (1 - sigmoid): exactly 1 at r = 1, the policy gradient,
-    and it fades smoothly as r leaves 1, faster for a larger tau (tau_neg > tau_pos: the negative
-    tokens, whose updates spread to many other tokens, are damped sooner). No token's gradient is
-    cut to zero, so nothing counts as clipped. ratio (B, T), A (B, 1) -> (surrogate (B, T), low, high)"""
+    and it fades smoothly as r leaves 1, faster for a larger tau (tau_neg > tau_pos, SAPO's asymmetry,
+    damps the negative tokens sooner). No token's gradient is cut to zero, so nothing counts as
+    clipped. ratio (B, T), A (B, 1) -> (surrogate (B, T), low, high)"""
     tau = torch.where(A > 0, tau_pos, tau_neg)  # (B, 1)
     surr = torch.sigmoid(tau * (ratio - 1)) * 4 / tau * A
     return (surr, *nowhere(surr))
 
 
 def gmpo_objective(logp, old_logp, A, mask, eps_low, eps_high):
-    """GMPO (Zhao et al. 2025, arXiv 2507.20673; verl compute_policy_loss_geo_mean), --objective gmpo:
+    """GMPO (arXiv 2507.20673; verl compute_policy_loss_geo_mean), --objective gmpo:
     the geometric mean of an answer's token ratios instead of their arithmetic mean, each token's log-ratio
     clipped in log space, on the pessimistic side of the answer's advantage:
 
@@ -257,9 +257,9 @@ def rejection_keep(old_logp, sampler_logp, mask, rule, bound):
 
 @torch.no_grad()
 def high_entropy_mask(entropy, mask, rho):
-    """Beyond the 80/20 rule (Wang et al. 2025, arXiv 2506.01939; TRL grpo_trainer
-    get_high_entropy_mask, top_entropy_quantile), --top-entropy-quantile rho: the policy gradient only on the
-    update's "forking" tokens, the top rho of its completion tokens by the learner's entropy,
+    """Beyond the 80/20 rule (arXiv 2506.01939; TRL grpo_trainer get_high_entropy_mask, top_entropy_quantile),
+    --top-entropy-quantile rho: the policy gradient only on the update's "forking" tokens, the top rho of its
+    completion tokens by the learner's entropy,
 
         keep_t = 1[H_t >= tau_rho],   tau_rho the (1 - rho)-quantile of H over the update's tokens
 
@@ -319,7 +319,8 @@ def entropy_control_start(cfg):
 
 def entropy_control_coef(state, cfg):
     """The entropy bonus's coefficient for the next step: c while the entropy last measured is at or below the
-    target, 0 above it (Skywork-OR1's alpha_k = c_k * 1[e_k <= tgt-ent])."""
+    target, 0 above it: alpha_k = c_k * 1[e_k <= tgt-ent] (TRL's gate; the Skywork-OR1 code compares with <
+    and applies c at the first step too)."""
     return state["coef"] if state["last_entropy"] <= cfg.entropy_target else 0.0
 
 
