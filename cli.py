@@ -257,7 +257,33 @@ def check_args(args):
     if args.dropout and args.model:
         raise ValueError("--dropout is for the small GPT of --init: the book's Qwen3 (--model) has no dropout")
     check_book_args(args)
+    check_field_args(args)
     refuse_contradictions(args)
+
+
+def check_field_args(args):
+    """One-line errors for the values of the field's flags (field_methods.py) that no run can use."""
+    if not (args.sapo_tau_pos > 0 and args.sapo_tau_neg > 0):
+        raise ValueError(f"--sapo-tau-pos and --sapo-tau-neg are temperatures, > 0 (they divide the gate), got "
+                         f"{args.sapo_tau_pos}, {args.sapo_tau_neg}")
+    if min(args.vespo_k_pos, args.vespo_k_neg) < 0 or not min(args.vespo_lambda_pos, args.vespo_lambda_neg) > 0:
+        raise ValueError("VESPO's phi(w) = e^lambda w^k e^(-lambda w) needs k >= 0 and lambda > 0 (--vespo-k-pos, "
+                         "--vespo-k-neg, --vespo-lambda-pos, --vespo-lambda-neg)")
+    if not 0 < args.top_entropy_quantile <= 1:
+        raise ValueError(f"--top-entropy-quantile is a share of the tokens, in (0, 1] (1: every token), got "
+                         f"{args.top_entropy_quantile}")
+    if args.tis_floor < 0 or (args.tis_cap > 0 and args.tis_floor >= args.tis_cap):
+        raise ValueError(f"--tis-floor {args.tis_floor} must be >= 0 and below --tis-cap {args.tis_cap}: the band "
+                         "[floor, cap] would keep no weight")
+    if args.rejection and not (args.rejection_bound or 0) > (1 if args.rejection.endswith("k1") else 0):
+        raise ValueError(f"--rejection {args.rejection} needs --rejection-bound U > "
+                         + ("1 (k1 keeps the ratio band [1/U, U])" if args.rejection.endswith("k1") else "0 (k2, k3 <= U)")
+                         + f", got {args.rejection_bound} (verl's rollout_rs_threshold has no default)")
+    if args.adaptive_entropy and (args.entropy_target < 0 or not args.entropy_coef_delta > 0
+                                  or not 0 <= args.entropy_coef <= args.entropy_coef_max):
+        raise ValueError(f"--adaptive-entropy needs --entropy-target >= 0, --entropy-coef-delta > 0 and a starting "
+                         f"--entropy-coef in [0, --entropy-coef-max], got {args.entropy_target}, "
+                         f"{args.entropy_coef_delta}, {args.entropy_coef} and {args.entropy_coef_max}")
 
 
 def check_finite(args):
@@ -281,7 +307,8 @@ def refuse_contradictions(args):
     """A flag that cannot act as asked, with the others given, is refused in one line."""
     per_answer = [f"--ratio-level {args.ratio_level}"] if args.ratio_level != "token" else []
     per_answer += ["--kl-level sequence"] if args.kl_level == "sequence" and args.kl > 0 else []
-    if per_answer and args.loss_agg != "seq_mean":
+    per_answer += ["--objective gmpo"] if args.objective == "gmpo" else []
+    if per_answer and args.loss_agg not in ("seq_mean", "luspo"):
         raise ValueError(f"{per_answer[0]} gives one term per answer, which --loss-agg {args.loss_agg} would weigh "
                          "by the answer's length (grpo.aggregate): use --loss-agg seq_mean")
     if args.dual_clip != 0 and not args.dual_clip > 1:
@@ -301,9 +328,27 @@ def refuse_contradictions(args):
     if args.lag_pi_old == "learner" and not args.rollout_lag:
         raise ValueError("--lag-pi-old learner makes pi_old the learner at the step instead of a stale sampler, but "
                          "without --rollout-lag K the learner is the sampler: give a lag")
+    refuse_field_contradictions(args)
     if args.keep_sampling_mask and args.top_p >= 1 and args.top_k <= 0:
         raise ValueError("--keep-sampling-mask keeps the support top-p / top-k sampled from, but neither cuts one "
                          "(--top-p 1, --top-k 0): it would change nothing and cost B x T x V bools")
+
+
+def refuse_field_contradictions(args):
+    """The field's flags (field_methods.py) with others they cannot act with, each refused in one line."""
+    if args.objective in ("gmpo", "dppo_tv", "dppo_kl", "vespo") and args.ratio_level != "token":
+        raise ValueError(f"--objective {args.objective} builds its own weight from the token log-ratios; --ratio-level "
+                         f"{args.ratio_level} would be ignored: use --ratio-level token")
+    if args.loss_agg == "luspo" and args.ratio_level != "gspo":
+        raise ValueError("--loss-agg luspo scales GSPO's per-answer loss by the answer's length (TRL requires the "
+                         "sequence level): use --ratio-level gspo")
+    if args.objective == "vespo" and args.tis_cap > 0 and args.tis_mode.startswith("sequence"):
+        raise ValueError(f"--objective vespo folds each token's --tis-cap weight into its own answer weight; --tis-mode "
+                         f"{args.tis_mode} is one weight an answer already (TRL refuses it too): use token_truncate "
+                         "or token_mask")
+    if args.baseline != "group" and args.reward_norm == "norm_then_sum":
+        raise ValueError(f"--reward-norm norm_then_sum normalises each reward term in its group (GDPO); --baseline "
+                         f"{args.baseline} has no group of its own to do that in: use one or the other")
 
 
 def inert_flags(args):
@@ -316,6 +361,21 @@ def inert_flags(args):
              "kl_cov": (args.mu * args.minibatches == 1 and not args.rollout_lag,
                         "with one update a rollout (--mu 1 --minibatches 1): log pi - log pi_old is 0"),
              "lag_pi_old": (not args.rollout_lag, "without --rollout-lag (the learner is the sampler)"),
+             "adv_norm": (args.baseline != "group", f"with --baseline {args.baseline}, which brings its own scale"),
+             "tis_floor": (not args.tis_cap, "without --tis-cap (no importance weight to bound)"),
+             "tis_mode": (not args.tis_cap, "without --tis-cap (no importance weight to bound)"),
+             "rejection_bound": (not args.rejection, "without --rejection"),
+             "loss_agg": (args.loss_agg == "bnpo" and distributed.world() == 1,
+                          "beyond token_mean in one process (bnpo divides by this process's tokens, token_mean "
+                          "by every process's)"),
+             **{name: (args.objective != "sapo", "without --objective sapo")
+                for name in ("sapo_tau_pos", "sapo_tau_neg")},
+             **{name: (args.objective in ("sapo", "vespo"), f"with --objective {args.objective}, which has no clip")
+                for name in ("clip", "clip_high")},
+             **{name: (args.objective != "vespo", "without --objective vespo")
+                for name in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
+             **{name: (not args.adaptive_entropy, "without --adaptive-entropy")
+                for name in ("entropy_target", "entropy_coef_delta", "entropy_coef_max")},
              "max_sampling_rounds": (not args.dynamic_sampling, "without --dynamic-sampling (one round)"),
              "gated": (args.format_weight == 0, no_format), "format_check": (args.format_weight == 0, no_format),
              "level": (args.task == "math", "with --task math (its problems come from --data)"),

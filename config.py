@@ -53,6 +53,10 @@ class GRPOConfig:
     # advantages and sampling
     adv_norm: str = knob("advantages and sampling", "group", "divide by the std of the group, the batch, or not (Dr. GRPO)",
                          ["group", "batch", "none"])
+    baseline: str = knob("advantages and sampling", "group", "what each reward is compared with: its group's mean, then "
+                         "--adv-norm (GRPO); the mean of the other G - 1 answers, undivided (leave_one_out: RLOO, "
+                         "Ahmadian et al. 2024; verl's rloo); the batch's mean over its tokens, divided by their std "
+                         "(batch: REINFORCE++, Hu 2025; verl's reinforce_plus_plus)", ["group", "leave_one_out", "batch"])
     adv_clip: float = knob("advantages and sampling", 0.0, "C: clamp each advantage to [-C, C], so that one right answer "
                            "in a group of wrong ones weighs at most C (0: off)")
     reward_norm: str = knob("advantages and sampling", "sum_then_norm", "normalise the summed reward, or each term "
@@ -68,18 +72,48 @@ class GRPOConfig:
     clip_high: float = knob("objective", None, "eps_high (DAPO clip-higher); default: --clip", type=float,
                             inf="no clipping above")
     dual_clip: float = knob("objective", 0.0, "dual-clip constant c > 1 for negative advantages (0: off)")
-    objective: str = knob("objective", "ppo", "PPO's clipped surrogate, CISPO's clipped weights, or the book's "
-                          "torch.where form", ["ppo", "cispo", "book"])
+    objective: str = knob("objective", "ppo", "PPO's clipped surrogate, CISPO's clipped weights, the book's "
+                          "torch.where form, or the field's (field_methods.py): SAPO's sigmoid gate (TRL sapo, verl "
+                          "sapo); GMPO's geometric mean, --clip in log space (verl geo_mean; GMPO: 0.4); DPPO's trust "
+                          "region on the probability's move from the sampler, --clip its TV (0.15) or binary KL "
+                          "(0.05) bound (verl dppo_tv, dppo_kl); VESPO's Gamma weight of each answer's ratio (TRL vespo)",
+                          ["ppo", "cispo", "book", "sapo", "gmpo", "dppo_tv", "dppo_kl", "vespo"])
+    sapo_tau_pos: float = knob("objective", 1.0, "SAPO's gate temperature where A > 0 (TRL sapo_temperature_pos, verl "
+                               "tau_pos: 1.0)")
+    sapo_tau_neg: float = knob("objective", 1.05, "SAPO's gate temperature where A <= 0 (TRL sapo_temperature_neg, "
+                               "verl tau_neg: 1.05)")
+    vespo_k_pos: float = knob("objective", 2.0, "VESPO's k where A >= 0: phi(w) = e^lambda w^k e^(-lambda w) (TRL "
+                              "vespo_k_pos and the authors' code: 2)")
+    vespo_lambda_pos: float = knob("objective", 3.0, "VESPO's lambda where A >= 0 (TRL vespo_lambda_pos: 3)")
+    vespo_k_neg: float = knob("objective", 3.0, "VESPO's k where A < 0 (TRL vespo_k_neg: 3)")
+    vespo_lambda_neg: float = knob("objective", 2.0, "VESPO's lambda where A < 0 (TRL vespo_lambda_neg: 2)")
     ratio_level: str = knob("objective", "token", "token (GRPO), gspo, or the book's summed sequence ratio",
                             ["token", "gspo", "sequence"])
     kl: float = knob("objective", 0.0, "beta: KL penalty to the warm-start policy")
-    kl_estimator: str = knob("objective", "k3", "Schulman's KL estimator", ["k1", "k2", "k3"])
+    kl_estimator: str = knob("objective", "k3", "Schulman's KL estimator; k3+: k3's value with k2's gradient, "
+                             "unbiased on samples of pi (verl's k3+)", ["k1", "k2", "k3", "k3+"])
     kl_level: str = knob("objective", "token", "per token, or the book's on summed log-probs", ["token", "sequence"])
     exact_kl: bool = knob("objective", False, "also log kl_exact, the KL term's value summed over the whole "
                           "vocabulary (two more no-grad passes an update; vocabularies up to 4,096)")
-    loss_agg: str = knob("objective", "seq_mean", "GRPO, DAPO, or Dr. GRPO aggregation", ["seq_mean", "token_mean", "constant"])
+    loss_agg: str = knob("objective", "seq_mean", "GRPO, DAPO, or Dr. GRPO aggregation; bnpo: each process's own "
+                         "tokens (TRL bnpo; in one process, token_mean); luspo: GSPO's per-answer loss times the "
+                         "answer's length (TRL luspo, Liu et al. 2026)",
+                         ["seq_mean", "token_mean", "constant", "bnpo", "luspo"])
     mask_truncated: bool = knob("objective", False, "truncated completions contribute no loss")
-    entropy_coef: float = knob("objective", 0.0, "alpha: subtract alpha * entropy from the loss (an entropy bonus)")
+    entropy_coef: float = knob("objective", 0.0, "alpha: subtract alpha * entropy from the loss (an entropy bonus); "
+                               "with --adaptive-entropy, its starting value")
+    adaptive_entropy: bool = knob("objective", False, "steer alpha each step towards --entropy-target (Skywork-OR1's "
+                                  "adaptive entropy control; TRL use_adaptive_entropy): +delta while the learner's "
+                                  "entropy is at or below it, -delta above, applied only at or below it")
+    entropy_target: float = knob("objective", 0.2, "tgt-ent, nats, for --adaptive-entropy (TRL entropy_target and the "
+                                 "Skywork-OR1 scripts: 0.2)")
+    entropy_coef_delta: float = knob("objective", 0.005, "delta: alpha's step for --adaptive-entropy (TRL "
+                                     "entropy_coef_delta: 0.005; the Skywork-OR1 scripts: 1e-4)")
+    entropy_coef_max: float = knob("objective", 1.0, "alpha's ceiling for --adaptive-entropy (TRL entropy_coef_max: 1; "
+                                   "the Skywork-OR1 scripts: 0.005)")
+    top_entropy_quantile: float = knob("objective", 1.0, "rho: the policy gradient only on the update's top rho of "
+                                       "tokens by entropy (the 80/20 rule, arXiv 2506.01939, which uses 0.2; TRL "
+                                       "top_entropy_quantile; 1: every token)")
     kl_cov: float = knob("objective", 0.0, "k: KL-Cov (Cui et al.), the share k of an update's tokens whose log-prob "
                          "most covaries with their advantage pay |log pi - log pi_old| (verl's kl_cov_ratio; 0: off)")
     fused_head: bool = knob("objective", True, "log-probs straight from hidden states (never the logits)")
@@ -88,11 +122,25 @@ class GRPOConfig:
                                "that samples amplifies (docs/performance.md); the recorded runs were made without it")
     # off-policy corrections
     tis_cap: float = knob("off-policy corrections", 0.0, "C: truncated importance sampling, weight each token by "
-                          "min(pi_old / pi_sampler, C) (0: off)", inf="no cap")
+                          "min(pi_old / pi_sampler, C) (0: off); with --tis-floor or --tis-mode, the band's top",
+                          inf="no cap")
+    tis_floor: float = knob("off-policy corrections", 0.0, "the lower bound of --tis-cap's weight: truncated to it, or "
+                            "masked below it (TRL vllm_importance_sampling_clip_min; 0: none)")
+    tis_mode: str = knob("off-policy corrections", "token_truncate", "how --tis-cap bounds the weight: truncate it to "
+                         "[floor, C], or set it to 0 outside (mask: IcePop, MIS), per token or one an answer "
+                         "(sequence: the product of its tokens') (TRL vllm_importance_sampling_mode; verl rollout_is)",
+                         ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"])
     keep_sampling_mask: bool = knob("off-policy corrections", False, "log-probs over the support top-k / top-p "
                                     "sampled from (DeepSeek-V3.2)")
     off_policy_mask: float = knob("off-policy corrections", float("inf"), "delta: drop negative-advantage sequences "
                                   "whose KL to the sampler exceeds it (DeepSeek-V3.2)", inf="off")
+    rejection: str = knob("off-policy corrections", None, "drop the tokens (token_*) or whole answers (seq_mean_*, "
+                          "seq_max_*) whose k1 / k2 / k3 divergence from the sampler passes --rejection-bound (verl "
+                          "rollout_rs, but for its seq_sum_*; default: off)", ["token_k1", "token_k2", "token_k3", "seq_mean_k1",
+                          "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3"], type=str)
+    rejection_bound: float = knob("off-policy corrections", None, "U for --rejection: k2, k3 <= U; k1 a ratio band "
+                                  "[1/U, U] (verl rollout_rs_threshold, no default; its presets: seq_mean_k3 0.01, "
+                                  "token_k1 2)", type=float)
     kl_reweight: bool = knob("off-policy corrections", False, "weight the KL estimate by pi / pi_old (DeepSeek-V3.2)")
     rollout_lag: int = knob("off-policy corrections", None, "K: the learner trains on the rollouts sampled K steps ago, "
                             "as an asynchronous trainer does (default: off, on-policy; a run with a lag cannot --resume: its queue of "
@@ -174,3 +222,25 @@ RECIPES["book_qwen3"] = dict(RECIPES["book"], max_new_tokens=512, lr=1e-5, kl=0.
 RECIPES["book_qwen3_format"] = dict(
     RECIPES["book_qwen3"], max_new_tokens=1024, mu=1, resample_epochs=False, kl=0.0, format_weight=1.0,
     format_check="book", gated=False, chat_template=True)
+# The field past the chapter (field_methods.py): each recipe sets its method as its source gives it, and leaves the
+# rest at our defaults (this file's docstring: lr, group size, length), so a run differs from the default by the method.
+# SAPO (arXiv 2511.20347; TRL loss_type "sapo", verl "sapo"): the gate at tau_pos 1, tau_neg 1.05,
+# each answer's mean (TRL and verl aggregate SAPO seq-mean-token-mean)
+RECIPES["sapo"] = dict(objective="sapo", sapo_tau_pos=1.0, sapo_tau_neg=1.05, loss_agg="seq_mean")
+# GMPO (arXiv 2507.20673; verl "geo_mean" and its examples/gmpo_trainer scripts): the token
+# log-ratios clipped to [-0.4, 0.4], the range (e^-0.4, e^0.4)
+RECIPES["gmpo"] = dict(objective="gmpo", clip=0.4, clip_high=0.4, loss_agg="seq_mean")
+# DPPO (Qi et al. 2026, arXiv 2602.04879; verl examples/dppo_trainer/run_qwen30b_dppo.sh): the TV bound 0.15, the
+# binary KL's 0.05, no std and Dr. GRPO's constant normaliser (the script: norm_adv_by_std_in_grpo False,
+# seq-mean-token-sum-norm, which divides by the length cap alone, not also by the batch). Departure: no truncation of
+# the ratio pi / mu (the script sets clip_ratio_c 1e4 for the same)
+RECIPES["dppo_tv"] = dict(objective="dppo_tv", clip=0.15, clip_high=0.15, adv_norm="none", loss_agg="constant")
+RECIPES["dppo_kl"] = dict(RECIPES["dppo_tv"], objective="dppo_kl", clip=0.05, clip_high=0.05)
+# LUSPO (Liu et al. 2026, arXiv 2602.05261; TRL loss_type "luspo", which requires the sequence level): GSPO's recipe
+# with each answer's loss scaled by its length
+RECIPES["luspo"] = dict(RECIPES["gspo"], loss_agg="luspo")
+# VESPO (Shen et al. 2026, arXiv 2602.10693; the authors' compute_policy_loss_vespo and TRL loss_type "vespo"): the
+# Gamma kernel at k 2 / lambda 3 for A >= 0 and k 3 / lambda 2 for A < 0, the token-level mean (the authors'
+# token-mean, TRL's normaliser for vespo)
+RECIPES["vespo"] = dict(objective="vespo", vespo_k_pos=2.0, vespo_lambda_pos=3.0, vespo_k_neg=3.0,
+                        vespo_lambda_neg=2.0, loss_agg="token_mean")

@@ -198,6 +198,36 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
                    "k 0.02: the tokens that drive the entropy down held back"),
     "default_passk": (["--eval-pass-k", "8"], "the default, with pass@8 at each evaluation"),
     "entropy_bonus_01": (["--eval-pass-k", "8", "--entropy-coef", "0.1"], "... with an entropy bonus, alpha 0.1"),
+    # the field past the chapter (field_methods.py, report.FIELD): each method on top of the regime where the failure
+    # it answers lives, beside the chapter's own fix there, at its source's values
+    "book_sapo": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "sapo", "--ratio-level", "token"],
+                  "lesson 1's far off-policy epochs with SAPO's sigmoid gate (tau 1 / 1.05) instead of a clip"),
+    "book_gmpo": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "gmpo", "--ratio-level", "token", "--clip", "0.4"],
+                  "... with GMPO's geometric mean of the token ratios, clipped to (e^-0.4, e^0.4)"),
+    "lag_decoupled_icepop": ([*LAG, "--lag-pi-old", "learner", "--tis-cap", "2", "--tis-floor", "0.5", "--tis-mode",
+                              "token_mask"], "the stale sampler with IcePop's weights: kept in [0.5, 2], else 0"),
+    "lag_decoupled_seq_is": ([*LAG, "--lag-pi-old", "learner", "--tis-cap", "3", "--tis-mode", "sequence_mask"],
+                             "... with one weight an answer, masked above 3 (TRL's default mode and cap)"),
+    "lag_decoupled_reject": ([*LAG, "--lag-pi-old", "learner", "--rejection", "seq_mean_k3", "--rejection-bound",
+                              "0.01"], "... with the answers whose mean k3 from the sampler passes 0.01 rejected "
+                                       "(verl's k3 preset)"),
+    "lag_decoupled_dppo_tv": ([*LAG, "--lag-pi-old", "learner", "--objective", "dppo_tv", "--clip", "0.15"],
+                              "... with DPPO's trust region on the probability's move from the sampler, TV 0.15"),
+    "lag_decoupled_dppo_kl": ([*LAG, "--lag-pi-old", "learner", "--objective", "dppo_kl", "--clip", "0.05"],
+                              "... the same with the binary KL, 0.05"),
+    "lag_decoupled_vespo": ([*LAG, "--lag-pi-old", "learner", "--objective", "vespo", "--tis-cap", "2"],
+                            "... with VESPO's Gamma weight of each answer's ratio to the sampler (TIS's C = 2 inside)"),
+    "many_top_entropy": ([*MANY, "--top-entropy-quantile", "0.2"],
+                         "inequalities, the policy gradient on the top 20% of tokens by entropy (the 80/20 rule)"),
+    "many_adaptive_entropy": ([*MANY, "--adaptive-entropy"],
+                              "... with the entropy bonus steered from 0 towards 0.2 nats (TRL's defaults)"),
+    "search_rloo": ([*SEARCH, "--baseline", "leave_one_out"], "the runaway's task with RLOO's leave-one-out baseline"),
+    "search_reinforce_pp": ([*SEARCH, "--baseline", "batch"], "... with REINFORCE++'s baseline, the batch's tokens"),
+    "search_dropout_luspo": ([*SEARCH, "--dropout", "0.1", "--steps", "60", "--ratio-level", "gspo", "--clip", "3e-4",
+                              "--clip-high", "4e-4", "--loss-agg", "luspo"],
+                             "... GSPO with each answer's loss scaled by its length (LUSPO)"),
+    "book_kl_k3plus": ([*BOOK, "--kl-estimator", "k3+", "--kl-level", "token"],
+                       "lesson 2's book run with k3+ per token: k3's value, k2's gradient"),
 }
 COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in one subplot, for at most 2 runs)
     # at most 4 experiments a figure, so that each curve can be followed
@@ -254,13 +284,32 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
                    "sampler_entropy,logratio_std_token+logratio_std_seq,reward,eval_acc"),
     "book_runaway_clip_format": (["book_runaway_noclip", "book_runaway_ppo_clip", "book_runaway_format",
                                   "book_runaway_format_gated"], "eval_acc,eval_sampled_acc,entropy,reward_format"),
+    # the field's variants, each beside the run without it and the chapter's own fix (report.FIELD)
+    "field_clip": (["book_noclip", "book_ppo_clip", "book_sapo", "book_gmpo"],
+                   "eval_acc,ratio_max,clip_frac,entropy,ppo_kl,resp_len"),
+    "field_weights": (["lag_decoupled", "lag_decoupled_tis", "lag_decoupled_icepop", "lag_decoupled_seq_is"],
+                      "grad_norm_max,is_masked_frac,sampler_kl_k3,eval_acc"),
+    "field_regions": (["lag_decoupled", "lag_decoupled_reject", "lag_decoupled_dppo_tv", "lag_decoupled_dppo_kl"],
+                      "grad_norm_max,rejected_frac,clip_frac,eval_acc"),
+    "field_vespo": (["lag_decoupled", "lag_decoupled_tis", "lag_decoupled_vespo"],
+                    "grad_norm_max,sampler_kl_k3,eval_acc"),
+    "field_entropy": (["many", "many_entropy", "many_top_entropy", "many_adaptive_entropy"],
+                      "eval_distinct,entropy,entropy_coef,eval_acc"),
+    "field_baselines": (["search", "search_drgrpo", "search_rloo", "search_reinforce_pp"],
+                        "resp_len_wrong,truncated_frac,adv_std,eval_acc"),
+    "field_luspo": (["search_dropout", "search_dropout_gspo", "search_dropout_luspo"],
+                    "sampler_entropy,resp_len,reward,eval_acc"),
+    "field_kl": (["book_kl", "book_kl_k3", "book_kl_k3plus"], "eval_acc,kl,entropy,resp_len"),
 }
 
 
 GROUPS = {  # names that stand for several experiments on the command line
     "all": lambda: list(EXPERIMENTS),
-    "lessons": lambda: [n for lesson in LESSONS if not lesson.startswith("fix_") for n in LESSONS[lesson][0]],
+    "lessons": lambda: [n for lesson in LESSONS if not lesson.startswith(("fix_", "field_"))
+                        for n in LESSONS[lesson][0]],
     "fixes": lambda: [n for lesson in LESSONS if lesson.startswith("fix_") for n in LESSONS[lesson][0]],
+    # the field's variants and the runs without them they are judged against (report.FIELD)
+    "field": lambda: [n for lesson in LESSONS if lesson.startswith("field_") for n in LESSONS[lesson][0]],
 }
 OWN_FLAGS = {  # train.py flags experiments.py sets for each run, refused after --, and what to use instead
     "--seed": "use --seeds", "--steps": "use experiments.py's own --steps", "--runs-dir": "use --runs-dir before --",
@@ -790,9 +839,11 @@ def split_extra(argv):
 def get_parser():
     ap = argparse.ArgumentParser(description="Run the chapter's GRPO experiments and compare them.",
                                  usage="python experiments.py NAME [NAME ...] [options] [-- train.py flags]")
+    lessons = [name for name in LESSONS if not name.startswith(("fix_", "field_"))]
     ap.add_argument("names", nargs="*", default=[],
-                    help=f"experiments, lessons ({', '.join(l for l in LESSONS if not l.startswith('fix_'))}), "
-                         f"a fix's pair (fix_<item>, e.g. fix_tis), groups ({', '.join(GROUPS)}); table: the runs' "
+                    help=f"experiments, lessons ({', '.join(lessons)}), "
+                         f"a fix's pair (fix_<item>, e.g. fix_tis), a variant's (field_<method>, e.g. field_sapo), "
+                         f"groups ({', '.join(GROUPS)}); table: the runs' "
                          "table; check: the runs against results.jsonl")
     ap.add_argument("--seeds", type=parse_seeds, default=[0], help="comma-separated seeds, e.g. 0,1,2 (default: 0)")
     ap.add_argument("--steps", type=int, default=None, help="cut every run to N steps (default: each experiment's)")

@@ -8,7 +8,8 @@
 Sections 1-4 are the chapter's GRPO. Every variant is a flag on the one function that holds its
 idea (`--ratio-level` on `policy_ratio`, `--kl-estimator` on `kl_penalty`, ...); those with a function
 of their own (other objectives, GDPO, the off-policy corrections, KL-Cov, the exact KL) follow
-in section 5; one that is off costs nothing and logs nothing. What a step logs is stats.py's. Where
+in section 5; one that is off costs nothing and logs nothing. The field's later ones (SAPO, GMPO,
+IcePop, RLOO, ...) are field_methods.py's, called from here. What a step logs is stats.py's. Where
 this departs from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/):
 1. The learner scores log-probs at the sampler's temperature, so the sampler and the learner describe
    one distribution. The book samples at T 0.8 with top-p 0.9 and scores at T 1 over the full
@@ -29,6 +30,7 @@ from typing import NamedTuple
 
 import torch
 
+import field_methods
 import rewards
 from config import RECIPES, GRPOConfig  # noqa: F401 (grpo.GRPOConfig and grpo.RECIPES, as they always were)
 from distributed import everywhere_finite, global_mean, global_std, same_count, unwrap
@@ -90,17 +92,21 @@ def advantages(batch, cfg):
     if cfg.reward_norm == "norm_then_sum":
         adv = gdpo_advantages(batch.rewards, rewards.term_weights(cfg), cfg.group_size, cfg.adv_norm)
     elif cfg.reward_norm == "sum_then_norm":
-        adv = group_advantages(batch.rewards["total"], cfg.group_size, cfg.adv_norm)
+        adv = group_advantages(batch.rewards["total"], cfg.group_size, cfg.adv_norm, cfg.baseline,
+                               batch.loss_mask.sum(1))
     else:
         raise ValueError(f"unknown reward normalisation {cfg.reward_norm!r}")
     return adv.clamp(-cfg.adv_clip, cfg.adv_clip) if cfg.adv_clip > 0 else adv
 
 
-def group_advantages(rewards, G, norm="group", eps=1e-4):
+def group_advantages(rewards, G, norm="group", baseline="group", lengths=None, eps=1e-4):
     """GRPO's group-relative advantage, one per completion. rewards (B,), B = n_groups * G.
 
     A_i = (r_i - mean(r of its group)) / (std + eps), with std over the group ("group", DeepSeekMath), over the
-    batch ("batch"), or no division at all ("none", Dr. GRPO: a small std makes near-unanimous groups dominate)."""
+    batch ("batch"), or no division at all ("none", Dr. GRPO: a small std makes near-unanimous groups dominate).
+    --baseline leave_one_out (RLOO), batch (REINFORCE++, lengths (B,)): field_methods.baseline_advantages."""
+    if baseline != "group":
+        return field_methods.baseline_advantages(rewards, G, baseline, lengths)
     r = rewards.view(-1, G)  # (n_groups, G)
     centred = r - r.mean(1, keepdim=True)
     if norm == "group":
@@ -155,6 +161,7 @@ class Loss(NamedTuple):
     clipped_low: torch.Tensor   # (B, T) or (B, 1) bool: where the objective's clip binds below 1
     clipped_high: torch.Tensor  # ... and above 1
     kept: torch.Tensor          # (B,) 1 for the answers --off-policy-mask keeps, 0 for those it drops; None when off
+    dropped: dict               # name -> (B, T) bool: the completion tokens a field mask took out (--rejection, ...)
 
 
 def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampler_logp=None):
@@ -167,25 +174,33 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
     (section 5): --off-policy-mask drops answers (A = 0), --tis-cap weighs each token's policy-gradient term.
     """
     beta, alpha = cfg.kl, cfg.entropy_coef  # the flags --kl and --entropy-coef
-    kept = None
+    kept, dropped = None, {}
+    if cfg.rejection:  # verl's rollout_rs: tokens, or whole answers, too far from their sampler leave the mask
+        keep = field_methods.rejection_keep(old_logp, sampler_logp, loss_mask, cfg.rejection, cfg.rejection_bound)
+        loss_mask, dropped["rejected_frac"] = loss_mask & keep, loss_mask & ~keep
     if math.isfinite(cfg.off_policy_mask):  # DeepSeek-V3.2: drop negative answers far off the sampler
         kept = off_policy_keep(logp, sampler_logp, adv, loss_mask, cfg.off_policy_mask)  # (B,)
         adv = adv * kept
     eps_low, eps_high = cfg.clip_range  # the ratio is clipped to [1 - eps_low, 1 + eps_high]
     A = adv[:, None]  # (B, 1): every token of a completion shares its advantage
     ratio = policy_ratio(logp, old_logp, loss_mask, cfg.ratio_level)  # (B, T) or (B, 1)
+    weights = tis_weights(old_logp, sampler_logp, cfg.tis_cap, loss_mask, cfg) if cfg.tis_cap > 0 else None
     if cfg.objective == "ppo":
         surrogate, low, high = clipped_objective(ratio, A, eps_low, eps_high, cfg.dual_clip)
     elif cfg.objective == "book":
         surrogate, low, high = book_objective(ratio, A, eps_low, eps_high)
     elif cfg.objective == "cispo":
         surrogate, low, high = cispo_objective(ratio, A, logp, eps_low, eps_high)
-    else:
-        raise ValueError(f"unknown objective {cfg.objective!r}")
-    if cfg.tis_cap > 0:  # truncated importance sampling: towards the learner, token by token
-        surrogate = surrogate * tis_weights(old_logp, sampler_logp, cfg.tis_cap)  # (B, T)
+    else:  # the field's: SAPO, GMPO, DPPO-TV / -KL, VESPO (an unknown name is a ValueError there)
+        surrogate, low, high = field_methods.objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg, weights)
+    if weights is not None and cfg.objective != "vespo":  # importance sampling towards the learner (VESPO's is inside)
+        surrogate = surrogate * weights  # (B, T), or (B, 1) with --tis-mode sequence_*
+        if cfg.tis_mode.endswith("mask"):  # IcePop, MIS: the tokens whose weight was set to 0
+            dropped["is_masked_frac"] = loss_mask & (weights == 0)
     if cfg.kl_cov > 0:  # KL-Cov: hold back the few tokens that drive the entropy down
         surrogate = surrogate - kl_cov_penalty(logp, old_logp, A, loss_mask, cfg.kl_cov)  # (B, T)
+    if cfg.top_entropy_quantile < 1:  # the 80/20 rule: the policy gradient on the high-entropy tokens alone
+        surrogate = surrogate * field_methods.high_entropy_mask(entropy.detach(), loss_mask, cfg.top_entropy_quantile)
     loss = aggregate(-surrogate.expand_as(logp), loss_mask, cfg.loss_agg, cfg.max_new_tokens)
     terms = {"pg_loss": loss}
     if beta > 0:
@@ -197,7 +212,7 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
         terms["entropy_bonus"] = aggregate(entropy, loss_mask, cfg.loss_agg, cfg.max_new_tokens)
         loss = loss - alpha * terms["entropy_bonus"]
     terms["loss"] = loss
-    return Loss(loss, terms, ratio, low, high, kept)
+    return Loss(loss, terms, ratio, low, high, kept, dropped)
 
 
 def policy_ratio(logp, old_logp, mask, level="token"):
@@ -269,6 +284,8 @@ def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=Non
         kl = 0.5 * log_r ** 2
     elif estimator == "k3":
         kl = safe_exp(log_r) - 1 - log_r
+    elif estimator == "k3+":  # verl's: k3's value with k2's gradient, unbiased on samples of pi
+        kl = field_methods.k3_plus(log_r)
     else:
         raise ValueError(f"unknown KL estimator {estimator!r}")
     if old_logp is not None:
@@ -284,6 +301,7 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
     token_mean: sum over all tokens / number of tokens (DAPO); every token weighs the same.
     constant:   sum over all tokens / (B * max_len) (Dr. GRPO); no length normalisation at all, so
                 length carries no bias into the gradient.
+    bnpo, luspo: the field's (field_methods.aggregate): this process's tokens; each answer's mean times its length.
     Each is a mean of a sum over this batch's rows, and under torchrun over every rank's rows (global_mean).
 
     A per-sequence term (the gspo or sequence ratio's objective, the sequence-level KL: one value per answer,
@@ -296,7 +314,7 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
         return global_mean((token_loss * mask).sum(), mask.sum())
     if mode == "constant":
         return global_mean((token_loss * mask).sum(), mask.shape[0] * max_len)
-    raise ValueError(f"unknown loss aggregation {mode!r}")
+    return field_methods.aggregate(token_loss, mask, mode)  # bnpo, luspo (an unknown name is a ValueError there)
 
 
 def sequence_mean(x, mask):
@@ -378,12 +396,15 @@ def stale_batch(policy, batch, zero_std, lagged, cfg, stats):
     return lagged_batch(batch, zero_std, lagged, cfg.rollout_lag, stats)
 
 
-def tis_weights(old_logp, sampler_logp, cap):
+def tis_weights(old_logp, sampler_logp, cap, mask=None, cfg=None):
     """Truncated importance sampling (Yao et al. 2025), `--tis-cap C`: the tokens were drawn by the sampler
     (temperature, top-k, top-p, --sampler-dtype), not by pi_old, so each token's term is re-weighted towards
-    the learner, capped so a rare token cannot blow up the update: w_t = min(pi_old / pi_sampler, C). (B, T)"""
+    the learner, capped so a rare token cannot blow up the update: w_t = min(pi_old / pi_sampler, C). (B, T)
+    --tis-floor, --tis-mode (IcePop's mask, one weight an answer): field_methods.importance_weights."""
     if cap <= 0:
         return torch.ones_like(old_logp)
+    if cfg is not None and (cfg.tis_mode != "token_truncate" or cfg.tis_floor > 0):
+        return field_methods.importance_weights(old_logp, sampler_logp, mask, cap, cfg.tis_floor, cfg.tis_mode)
     return safe_exp(old_logp - sampler_logp).clamp(max=cap)
 
 

@@ -7,7 +7,8 @@ results that EXPERIMENTS.md, README.md and docs/metrics.md are written from.
 
 A lesson is a pair of experiments, a broken run and its fix, and a check of one seed's two
 summaries (LESSONS); a fix of the chapter's closing list is judged by the number it was made to
-move, by a margin of at least twice that number's spread over seeds without it (FIXES).
+move, by a margin of at least twice that number's spread over seeds without it (FIXES); a variant
+of the field past the chapter, beside the chapter's own answer, by that answer's check (FIELD).
 `run_summary` makes every number they read from a run's metrics.jsonl. results.jsonl keeps one
 line per recorded run (its experiment, seed, flags, commit, machine and summary), and every table
 on the pages is a generated part, written from it (`write_pages`); the suite writes them again
@@ -191,6 +192,40 @@ LESSONS.update({"fix_" + item: (list(pair), better(key, side == "higher", size, 
                                 f"{fixes}: {METRICS[key]} {side} with it, by at least {margin_text(size, unit)}")
                 for item, (_, fixes, _, pair, key, side, (size, unit)) in FIXES.items()})
 
+# the field past the chapter (field_methods.py): method -> (its source, what it changes, the lesson or fix of the
+# chapter it stands beside, its run). Each is judged where the failure it answers lives, as that lesson or fix is:
+# against the same run without, by the same check, the same number and the same margin (a fix's: twice the spread
+# of the run without it over seeds, which test_verdicts holds it to; a lesson's: 15 points). BNPO has no run: in one
+# process it is token_mean, number for number (tests/test_whole_step.py), so its run would repeat search_token's.
+FIELD = {
+    "sapo": ("SAPO, arXiv 2511.20347", "a sigmoid gate in place of the clip", "instability", "book_sapo"),
+    "gmpo": ("GMPO, arXiv 2507.20673", "the geometric mean of the token ratios, clipped in log space", "instability",
+             "book_gmpo"),
+    "icepop": ("IcePop, arXiv 2510.18855", "weights outside [0.5, 2] set to 0, not truncated", "fix_tis",
+               "lag_decoupled_icepop"),
+    "sequence_is": ("TRL sequence_mask; verl rollout_is", "one weight an answer, masked above 3", "fix_tis",
+                    "lag_decoupled_seq_is"),
+    "rejection": ("verl rollout_rs", "answers whose mean k3 from the sampler passes 0.01 dropped", "fix_tis",
+                  "lag_decoupled_reject"),
+    "dppo_tv": ("DPPO, arXiv 2602.04879", "a trust region on each probability's move from the sampler, TV 0.15",
+                "fix_tis", "lag_decoupled_dppo_tv"),
+    "dppo_kl": ("DPPO, arXiv 2602.04879", "the same on the binary KL, 0.05", "fix_tis", "lag_decoupled_dppo_kl"),
+    "vespo": ("VESPO, arXiv 2602.10693", "a Gamma weight of each answer's ratio to the sampler", "fix_tis",
+              "lag_decoupled_vespo"),
+    "top_entropy": ("the 80/20 rule, arXiv 2506.01939", "the gradient on the top 20% of tokens by entropy",
+                    "fix_entropy_bonus", "many_top_entropy"),
+    "adaptive_entropy": ("Skywork-OR1, arXiv 2505.22312", "the entropy bonus steered towards 0.2 nats",
+                         "fix_entropy_bonus", "many_adaptive_entropy"),
+    "rloo": ("RLOO, arXiv 2402.14740", "the mean of the other answers as the baseline", "fix_drgrpo", "search_rloo"),
+    "reinforce_pp": ("REINFORCE++, arXiv 2501.03262", "the batch's mean and std over its tokens", "fix_drgrpo",
+                     "search_reinforce_pp"),
+    "luspo": ("LUSPO, arXiv 2602.05261", "GSPO's loss times each answer's length", "fix_gspo", "search_dropout_luspo"),
+    "k3_plus": ("verl's k3+", "k3's value with k2's gradient", "naive_kl", "book_kl_k3plus"),
+}
+LESSONS.update({"field_" + method: ([LESSONS[beside][0][0], run], LESSONS[beside][1],
+                                    f"{what}: judged as {beside} is ({LESSONS[beside][2]})")
+                for method, (_, what, beside, run) in FIELD.items()})
+
 
 def judge(check, runs, names):
     """(held, why it could not be judged or None) of one seed. The check sees only the numbers
@@ -366,8 +401,8 @@ def table(runs_dir, names=None):
     """Markdown of the runs in runs_dir: one row per experiment, mean ± std over its seeds; then
     the fixes, and each lesson seed by seed."""
     summaries = summaries_from_runs(runs_dir, names)
-    parts = [experiments_table(summaries), fixes_table(summaries)]
-    parts += [lesson_table(lesson, summaries) for lesson in LESSONS if not lesson.startswith("fix_")]
+    parts = [experiments_table(summaries), fixes_table(summaries), field_table(summaries)]
+    parts += [lesson_table(lesson, summaries) for lesson in LESSONS if not lesson.startswith(("fix_", "field_"))]
     return "\n\n".join(part for part in parts if part)  # a part without runs leaves no blank lines
 
 
@@ -407,6 +442,36 @@ def fixes_table(summaries):
         out.append(f"| {item} ({numbers}) | {regime} | {gates} | {METRICS[key]} ({side}, by >= {margin_text(*margin)}) "
                    f"| {cells} | {sum(h for h, _ in verdicts)} of {len(seeds)}{unjudged} |")
     return "\n".join(out) if len(out) > 2 else ""
+
+
+def field_table(summaries):
+    """The field's variants (FIELD), one row each, judged beside the chapter's own lesson or fix: the number that
+    judges it, without -> with in each seed, and in how many seeds it held; "not run yet" where its runs are not
+    there. A lesson's number is the greedy accuracy: the run without, peak -> end; the variant's, at the end."""
+    out = ["| method | source | what it changes | beside (the chapter's, held) | its number | without -> with, by seed "
+           "| held |", "|---|---|---|---|---|---|---|"]
+    for method, (source, what, beside, run) in FIELD.items():
+        if "field_" + method not in LESSONS:  # a table of other lessons (a test's own LESSONS)
+            continue
+        names = LESSONS["field_" + method][0]
+        seeds = seeds_of(summaries, names)
+        chapter = f"{beside} ({held_text(beside, summaries).removeprefix('held in ') or 'not run yet'})"
+        if beside.startswith("fix_"):
+            _, _, _, _, key, side, margin = FIXES[beside[len("fix_"):]]
+            number = f"{SHORT_METRICS.get(key, METRICS[key])} ({side}, by >= {margin_text(*margin)})"
+            cell = lambda a, b: f"{fmt_metric(key, a.get(key))} -> {fmt_metric(key, b.get(key))}"  # noqa: E731
+        else:
+            number = "greedy accuracy: falls >= 15 points without, ends >= 15 above it with"
+            cell = lambda a, b: f"{pct(a.get('peak'))}-{pct(a.get('final'))} -> {pct(b.get('final'))}"  # noqa: E731
+        if not seeds:
+            out.append(f"| {method} | {source} | {what} | {chapter} | {number} | not run yet | - |")
+            continue
+        runs = [[summaries[n][s] for n in names] for s in seeds]
+        verdicts = [judge(LESSONS["field_" + method][1], pair, names) for pair in runs]
+        unjudged = "".join(f"; seed {s[4:]} not judged: {why}" for s, (_, why) in zip(seeds, verdicts) if why)
+        out.append(f"| {method} | {source} | {what} | {chapter} | {number} | {', '.join(cell(*p) for p in runs)} | "
+                   f"{sum(h for h, _ in verdicts)} of {len(seeds)}{unjudged} |")
+    return "\n".join(out)
 
 
 def fmt_metric(key, value):
@@ -774,6 +839,11 @@ def fixes_part(records, args, _):
     return "\n".join(out) + "\n"
 
 
+def field_part(records, args, _):
+    """`field`: the field's variants, each beside the chapter's own lesson or fix (field_table)."""
+    return field_table(summaries_from_results(records)) + "\n"
+
+
 SHORT_METRICS = {"clipped_steps": "steps whose gradient passed the clip", "kl_bias": "the KL estimate's bias",
                  "distinct_final": "different right answers a problem", "sampler_entropy": "sampled entropy, nats"}
 
@@ -897,7 +967,8 @@ def profile_cell(profile, names):
 
 
 PARTS = {"header": header_part, "verdict": verdict_part, "lesson": lesson_part, "fixes": fixes_part,
-         "experiments": experiments_part, "signs": signs_part, "by_seed": by_seed_part, "stale": stale_part, "roundings": roundings_part,
+         "field": field_part, "experiments": experiments_part, "signs": signs_part, "by_seed": by_seed_part,
+         "stale": stale_part, "roundings": roundings_part,
          "default_run": default_run_part, "metrics_column": metrics_column_part}
 
 

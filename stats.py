@@ -28,7 +28,8 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
     either; of the high side's, the share below p 0.2: clip_high_lowp_frac), the approximate KL to
     pi_old (verl's ppo_kl: mean of old_logp - logp), the spread of log pi / pi_old over the tokens
     and over the answers' means (logratio_std_token, _seq), with off-policy masking the share of
-    answers it dropped, and with --exact-kl the KL term's exact value (grpo.exact_kl). Given adv (b,)
+    answers it dropped (the field's masks: the share of tokens each dropped, loss.dropped), and with
+    --exact-kl the KL term's exact value (grpo.exact_kl). Given adv (b,)
     and sampler_logp (b, T): the stale negatives, what the dual clip and off-policy masking act on.
     loss: grpo.Loss; the rest (b, T), as grpo_step holds them."""
     for name, value in loss.terms.items():
@@ -66,6 +67,8 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
         stats.mean("neg_far_frac", (adv < 0) & (far > 0.1))
     if loss.kept is not None:
         stats.mean("off_policy_masked_frac", 1 - loss.kept)
+    for name, dropped in loss.dropped.items():  # the field's masks (--rejection, IcePop's): the share they took out
+        stats.mean(name, dropped.expand_as(m), m)
     if kl_exact is not None:  # what the KL term estimates, and the estimate's relative gap to it
         stats.mean("kl_exact", kl_exact)
         stats.mean("kl_rel_gap", (loss.terms["kl"] - kl_exact) / kl_exact.clamp(min=1e-12))

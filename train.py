@@ -23,8 +23,9 @@ Everything lands in runs/<name>/:
     metrics.jsonl    one JSON object per step (eval_acc, eval_sampled_acc on eval steps; ln_vocab at step 0)
     samples.jsonl    a few prompts with completions and rewards every --samples-every steps
     answers.jsonl    the answers to --eval-answers fixed held-out problems at each evaluation
-    ckpt_latest.pt   model + optimizer, for --resume; ckpt_step<N>.pt at each eval (with --model:
-                     model_step<N>/, a Hugging Face folder; --keep-checkpoints N keeps the latest N)
+    ckpt_latest.pt   model + optimizer (and --adaptive-entropy's coefficient), for --resume;
+                     ckpt_step<N>.pt at each eval (with --model: model_step<N>/, a Hugging Face
+                     folder; --keep-checkpoints N keeps the latest N)
 Crash safety: checkpoints are written to a temp file and renamed, one flushed line per
 step, and a resume drops metrics lines after the checkpoint's step, so a `kill -9` at any
 moment leaves no gap or duplicate. Step s's problems and sampling noise are seeded by
@@ -34,6 +35,7 @@ torchrun only rank 0 writes the run folder (distributed.py says how the ranks ag
 import collections
 import contextlib
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -45,6 +47,7 @@ import torch
 
 import cli
 import distributed
+import field_methods
 import grpo
 import tasks
 from evaluation import evaluate, pass_at_k, pass_metrics
@@ -87,19 +90,25 @@ def main(args):
             append_jsonl(metrics_path, record)
     gen = torch.Generator(device=device)
     lagged = collections.deque()  # --rollout-lag: batches sampled and not yet trained on (no checkpoint keeps them)
+    # --adaptive-entropy: the entropy coefficient a step hands the next (in each checkpoint, so --resume continues it)
+    control = (state or {}).get("entropy_control") or field_methods.entropy_control_start(cfg)
     saved_step = start_step if state is not None else None  # the step ckpt_latest.pt holds
     before = state.get("time", 0.0) if state is not None else 0.0  # a resumed run's seconds before its checkpoint
     t0, step_times = time.time() - before, []  # metrics' time: the whole run's, across resumes
     for step in range(start_step + 1, args.steps + 1):
         ts = time.time()
         gen.manual_seed(step_seed(args.seed, step, rank))
+        step_cfg = entropy_controlled(cfg, control)
         try:
             with autocast(device):
                 batch, metrics = grpo.grpo_step(policy_ddp, ref_policy, opt, enc,
                                                 problem_source(args.level, args.seed, step, rank, pool),
-                                                args.prompts_per_step // n_ranks, cfg, gen, lagged)
+                                                args.prompts_per_step // n_ranks, step_cfg, gen, lagged)
         except FloatingPointError as e:
             raise SystemExit(f"step {step}: {e}; stopping. {last_good(args, run_dir, step, saved_step)}")
+        if cfg.adaptive_entropy:  # the coefficient this step applied, then the next one from its entropy
+            metrics["entropy_coef"] = step_cfg.entropy_coef
+            control = field_methods.entropy_control_step(control, metrics["entropy"], cfg)
         step_times.append(time.time() - ts)
         metrics.update(step=step, time=time.time() - t0, lr=args.lr,
                        tokens_per_s=metrics["n_tokens"] / step_times[-1])
@@ -114,7 +123,8 @@ def main(args):
         if (step % args.save_every == 0 or step == args.steps) and not args.model:
             save_checkpoint(os.path.join(run_dir, "ckpt_latest.pt"), policy,
                             {**extra, "optimizer": opt.state_dict(), "step": step, "args": vars(args),
-                             "processes": n_ranks, "time": metrics["time"]})
+                             "processes": n_ranks, "time": metrics["time"],
+                             **({"entropy_control": control} if cfg.adaptive_entropy else {})})
             saved_step = step
     log(f"done: {args.steps} steps, {before + time.time() - t_start:.0f}s total. Plot: python plot.py {run_dir}")
     distributed.close()
@@ -180,6 +190,14 @@ def last_good(args, run_dir, step, saved_step):
         return f"No {latest} yet: the first is written at step {args.save_every} (--save-every)."
     return (f"{latest} holds step {saved_step} (written every --save-every {args.save_every} steps); "
             f"--resume {run_dir} continues from there.")
+
+
+def entropy_controlled(cfg, control):
+    """The GRPOConfig of one step: cfg itself, or with --adaptive-entropy the entropy coefficient the controller
+    (field_methods.entropy_control_*) gives this step."""
+    if not cfg.adaptive_entropy:
+        return cfg
+    return dataclasses.replace(cfg, entropy_coef=field_methods.entropy_control_coef(control, cfg))
 
 
 def autocast(device):

@@ -8,9 +8,12 @@ the process group exists, so it is the plain single-process code), then the same
 under DDP with each rank holding 2 of the groups. Rank 0 writes both steps' statistics
 and the largest difference between the two updated models. SGD with lr 1 and no
 clipping, so a weight's change is its gradient: equal weights mean equal gradients.
+--loss-agg bnpo is the exception by design: its DDP step is compared with the mean of the
+steps each rank's half takes alone.
 fail: rank 1 raises while rank 0 waits in an all-reduce; the run must end, not hang.
 """
 import copy
+import dataclasses
 import json
 import os
 import sys
@@ -34,6 +37,9 @@ CASES = {
     # dynamic sampling out of rounds can leave ranks with different numbers of groups
     "uneven_seq_mean": dict(loss_agg="seq_mean", adv_norm="batch"),
     "uneven_minibatches": dict(minibatches=2),  # rank 1 has one minibatch, runs an empty second one
+    # the field's baselines (field_methods.py): RLOO's stays in each group, REINFORCE++'s sums go over every rank
+    "rloo": dict(baseline="leave_one_out"),
+    "reinforce_pp": dict(baseline="batch", loss_agg="token_mean"),
 }
 UNEVEN = {0: [0, 1, 2], 1: [3]}  # groups of each rank in the uneven cases
 G, N_GROUPS = 4, 4
@@ -76,6 +82,13 @@ def step_cases(out_path):
                                      .view(N_GROUPS, G)[[0, 2, 1, 3]].reshape(-1))
     singles = {name: one_step(copy.deepcopy(model), interleaved, grpo.GRPOConfig(**{**vars(base), **kw}))
                for name, kw in CASES.items()}  # no process group yet: the one-process code path
+    # --loss-agg bnpo divides by each process's own tokens: under DDP, one update is the mean of the updates each
+    # rank's half would make alone (their token counts differ: 33 and 31), not token_mean's on both
+    bnpo = grpo.GRPOConfig(**{**vars(base), "loss_agg": "bnpo", "mu": 1})
+    halves = [rollouts.take_rows(batch, torch.arange(h * 8, (h + 1) * 8)) for h in (0, 1)]
+    token_mean = dataclasses.replace(bnpo, loss_agg="token_mean")
+    alone = [one_step(copy.deepcopy(model), b, c)[1]
+             for b, c in ((halves[0], bnpo), (halves[1], bnpo), (batch, token_mean))]
     distributed.init("cpu")
     r = distributed.rank()
     half = rollouts.take_rows(batch, torch.arange(r * 8, (r + 1) * 8))  # this rank's 2 groups
@@ -91,6 +104,10 @@ def step_cases(out_path):
                                               for k in weights),
                      "total_weight_change": sum((ref_weights[k] - model.state_dict()[k]).abs().sum().item()
                                                 for k in weights)}
+    _, weights = one_step(distributed.wrap(copy.deepcopy(model)), half, bnpo)
+    mean_of_halves = {k: (alone[0][k] + alone[1][k]) / 2 for k in weights}
+    out["bnpo"] = {name: max((weights[k] - ref[k]).abs().max().item() for k in weights)
+                   for name, ref in (("vs_mean_of_halves", mean_of_halves), ("vs_token_mean", alone[2]))}
     if r == 0:
         with open(out_path, "w") as f:
             json.dump(out, f)

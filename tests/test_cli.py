@@ -19,7 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
                                           (["--loss-agg", "mean"], "invalid choice"),
                                           (["--init", "missing.pt"], "checkpoint not found: missing.pt"),
                                           (["--dual-clip", "3", "--objective", "cispo"], "has no such bound"),
-                                          (["--learner-temperature", "0"], "--learner-temperature must be > 0")])
+                                          (["--learner-temperature", "0"], "--learner-temperature must be > 0"),
+                                          (["--tis-cap", "2", "--tis-floor", "3"], "must be >= 0 and below --tis-cap")])
 def test_cli_errors_are_one_line_without_traceback(argv, message):
     out = subprocess.run([sys.executable, "train.py", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
@@ -65,7 +66,31 @@ def checked(argv, capsys):
     (["--run-name", "../escape"], "is a folder name, without / or ..: --runs-dir says where run folders go"),
     (["--run-name", "/an/absolute/path"], "is a folder name, without / or .."),
     (["--run-name", "a/b"], "is a folder name, without / or .."),
-    (["--run-name", ".."], "is a folder name, without / or ..")])  # runs/.. is the folder above runs/
+    (["--run-name", ".."], "is a folder name, without / or .."),  # runs/.. is the folder above runs/
+    # the field's flags (field_methods.py): out of range, or with a flag they cannot act with
+    (["--objective", "sapo", "--sapo-tau-pos", "0"], "temperatures, > 0 (they divide the gate), got 0.0, 1.05"),
+    (["--sapo-tau-neg", "-1"], "--sapo-tau-pos and --sapo-tau-neg are temperatures, > 0"),
+    (["--objective", "vespo", "--vespo-lambda-neg", "0"], "needs k >= 0 and lambda > 0"),
+    (["--vespo-k-pos", "-1"], "needs k >= 0 and lambda > 0"),
+    (["--top-entropy-quantile", "0"], "in (0, 1] (1: every token), got 0.0"),
+    (["--top-entropy-quantile", "1.5"], "in (0, 1] (1: every token), got 1.5"),
+    (["--tis-cap", "2", "--tis-floor", "2"], "--tis-floor 2.0 must be >= 0 and below --tis-cap 2.0"),
+    (["--tis-cap", "2", "--tis-floor", "-0.5"], "must be >= 0 and below --tis-cap"),
+    (["--rejection", "seq_mean_k3"], "needs --rejection-bound U > 0 (k2, k3 <= U), got None"),
+    (["--rejection", "token_k1", "--rejection-bound", "1"], "needs --rejection-bound U > 1 (k1 keeps the ratio band"),
+    (["--rejection", "seq_max_k2", "--rejection-bound", "0"], "needs --rejection-bound U > 0"),
+    (["--rejection-bound", "inf", "--rejection", "token_k3"], "--rejection-bound must be a finite number"),
+    (["--adaptive-entropy", "--entropy-coef-delta", "0"], "--adaptive-entropy needs --entropy-target >= 0"),
+    (["--adaptive-entropy", "--entropy-coef", "2"], "a starting --entropy-coef in [0, --entropy-coef-max]"),
+    (["--adaptive-entropy", "--entropy-target", "-1"], "--adaptive-entropy needs --entropy-target >= 0"),
+    (["--objective", "gmpo", "--loss-agg", "token_mean"], "--objective gmpo gives one term per answer"),
+    (["--objective", "gmpo", "--ratio-level", "gspo"], "--objective gmpo builds its own weight"),
+    (["--objective", "dppo_tv", "--ratio-level", "sequence"], "--objective dppo_tv builds its own weight"),
+    (["--objective", "vespo", "--ratio-level", "gspo"], "--objective vespo builds its own weight"),
+    (["--loss-agg", "luspo"], "--loss-agg luspo scales GSPO's per-answer loss"),
+    (["--recipe", "vespo", "--tis-cap", "2", "--tis-mode", "sequence_mask"], "is one weight an answer already"),
+    (["--baseline", "leave_one_out", "--reward-norm", "norm_then_sum"], "--baseline leave_one_out has no group"),
+    (["--loss-agg", "bnpo", "--ratio-level", "gspo"], "which --loss-agg bnpo would weigh by the answer's length")])
 def test_contradicting_flags_are_refused_in_one_line(argv, message, capsys):
     with pytest.raises(ValueError, match=re.escape(message)) as e:
         checked(argv, capsys)
@@ -82,7 +107,18 @@ def test_contradicting_flags_are_refused_in_one_line(argv, message, capsys):
                                   ["--recipe", "book", "--rollout-lag", "1", "--no-resample-epochs"],
                                   ["--rollout-lag", "4", "--lag-pi-old", "learner", "--tis-cap", "2"],
                                   ["--tis-cap", "1"], ["--tis-cap", "inf"], ["--top-k", "0"], ["--adv-clip", "1"],
-                                  ["--run-name", "my-run.2"]])
+                                  ["--run-name", "my-run.2"],
+                                  # the field's, where they act
+                                  ["--objective", "sapo", "--sapo-tau-neg", "2"], ["--recipe", "gmpo"],
+                                  ["--recipe", "dppo_tv"], ["--recipe", "dppo_kl"], ["--recipe", "luspo"],
+                                  ["--recipe", "vespo", "--vespo-k-neg", "4", "--tis-cap", "2"],
+                                  ["--tis-cap", "2", "--tis-floor", "0.5", "--tis-mode", "token_mask"],
+                                  ["--tis-cap", "inf", "--tis-floor", "0.5", "--tis-mode", "sequence_mask"],
+                                  ["--rejection", "token_k1", "--rejection-bound", "2"],
+                                  ["--rejection", "seq_mean_k3", "--rejection-bound", "0.01"],
+                                  ["--baseline", "batch"], ["--baseline", "leave_one_out", "--adv-clip", "1"],
+                                  ["--top-entropy-quantile", "0.2"], ["--kl", "0.1", "--kl-estimator", "k3+"],
+                                  ["--adaptive-entropy", "--entropy-target", "0.3", "--entropy-coef-max", "0.1"]])
 def test_the_same_flags_where_they_act_pass_silently(argv, capsys):
     assert checked(argv, capsys) == ""
 
@@ -99,7 +135,18 @@ def test_the_same_flags_where_they_act_pass_silently(argv, capsys):
     (["--format-check", "book"], "--format-check", "without a format bonus"),
     (["--task", "math", "--data", "x.json", "--model", "m", "--level", "easy"], "--level", "with --task math"),
     (["--task", "math", "--data", "x.json", "--model", "m", "--eval-level", "easy"], "--eval-level",
-     "with --task math")])
+     "with --task math"),
+    (["--sapo-tau-neg", "2"], "--sapo-tau-neg", "without --objective sapo"),
+    (["--vespo-lambda-pos", "2"], "--vespo-lambda-pos", "without --objective vespo"),
+    (["--entropy-target", "0.5"], "--entropy-target", "without --adaptive-entropy"),
+    (["--entropy-coef-delta", "0.01"], "--entropy-coef-delta", "without --adaptive-entropy"),
+    (["--tis-floor", "0.5"], "--tis-floor", "without --tis-cap (no importance weight to bound)"),
+    (["--tis-mode", "token_mask"], "--tis-mode", "without --tis-cap"),
+    (["--rejection-bound", "0.1"], "--rejection-bound", "without --rejection"),
+    (["--baseline", "leave_one_out", "--adv-norm", "group"], "--adv-norm", "with --baseline leave_one_out, which"),
+    (["--loss-agg", "bnpo"], "--loss-agg", "beyond token_mean in one process"),
+    (["--objective", "sapo", "--clip", "0.1"], "--clip", "with --objective sapo, which has no clip"),
+    (["--recipe", "vespo", "--clip-high", "0.3"], "--clip-high", "with --objective vespo, which has no clip")])
 def test_a_typed_flag_that_does_nothing_gets_one_warning_line(argv, flag, why, capsys):
     err = checked(argv, capsys)
     assert err.startswith(f"train.py: warning: {flag} does nothing") and why in err and err.count("\n") == 1

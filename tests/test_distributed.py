@@ -48,7 +48,7 @@ def step_results(tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", ["seq_mean", "token_mean", "constant", "adv_norm_batch", "kl_entropy_minibatches",
-                                  "uneven_seq_mean"])
+                                  "uneven_seq_mean", "rloo", "reinforce_pp"])
 def test_two_rank_step_equals_one_process_on_both_halves(step_results, case):
     res = step_results[case]
     single, ddp = res["single"], res["ddp"]
@@ -59,6 +59,13 @@ def test_two_rank_step_equals_one_process_on_both_halves(step_results, case):
                 "tis_weight_mean", "tis_weight_max", "ppo_kl", "mismatch", "sampler_kl_k3", "tis_chi2", "tis_ess",
                 "sampler_gap_max", "sampler_logp_corr", *(["kl", "entropy_bonus"] if "kl" in case else [])):
         assert ddp[key] == pytest.approx(single[key], rel=1e-5, abs=1e-6), key
+
+
+def test_bnpo_weighs_each_ranks_own_tokens(step_results):
+    """--loss-agg bnpo under two ranks whose halves hold 33 and 31 tokens: the update is the mean of the two updates
+    each half would make alone (each normalised by its own tokens), which is not token_mean's (one normaliser)."""
+    res = step_results["bnpo"]
+    assert res["vs_mean_of_halves"] < 1e-6 and res["vs_token_mean"] > 1e-4, res
 
 
 def test_ranks_with_different_minibatch_counts_do_not_hang(step_results):

@@ -211,7 +211,7 @@ def test_an_unknown_name_is_a_usage_error_in_one_line():
                          timeout=60)
     assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
     assert out.stderr.startswith("experiments.py: error: unknown experiment 'nosuch'; choose from all, lessons, fixes, "
-                                 "table, check, instability, naive_kl")
+                                 "field, table, check, instability, naive_kl")
     assert len(out.stderr.splitlines()) == 1
 
 
@@ -242,6 +242,31 @@ def test_each_fix_pair_differs_in_its_own_flags_and_nothing_else(item):
            "cispo": {"objective", "clip", "clip_high"}, "dual_clip": {"dual_clip"},
            "off_policy_mask": {"off_policy_mask"}, "gdpo": {"reward_norm"}}[item]
     assert differ == own, (item, differ)
+
+
+@pytest.mark.parametrize("method", list(report.FIELD))
+def test_each_field_variant_differs_from_its_run_without_in_its_own_flags_and_nothing_else(method):
+    """field_<method>: its run and the run without it (the one the chapter's lesson or fix beside it is judged
+    against) resolve to the same train.py flags but for the method's own, so that what moves is the method's doing."""
+    without, with_ = report.LESSONS["field_" + method][0]
+    a, b = (vars(cli.parse_args(experiments.command(n, 0, "runs/exp")[2:])[1]) for n in (without, with_))
+    differ = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"runs_dir", "typed_flags"}
+    own = {"sapo": {"objective", "ratio_level", "clip"},  # clip: inf without, the book's 10 with, which SAPO never reads
+           "gmpo": {"objective", "ratio_level", "clip"},
+           "icepop": {"tis_cap", "tis_floor", "tis_mode"}, "sequence_is": {"tis_cap", "tis_mode"},
+           "rejection": {"rejection", "rejection_bound"}, "dppo_tv": {"objective", "clip"},
+           "dppo_kl": {"objective", "clip"}, "vespo": {"objective", "tis_cap"},
+           "top_entropy": {"top_entropy_quantile"}, "adaptive_entropy": {"adaptive_entropy"},
+           "rloo": {"baseline"}, "reinforce_pp": {"baseline"}, "luspo": {"ratio_level", "clip", "clip_high", "loss_agg"},
+           "k3_plus": {"kl_estimator", "kl_level"}}[method]
+    assert differ == own, (method, differ)
+
+
+def test_the_field_group_runs_each_variant_and_the_runs_without_them():
+    names = experiments.experiment_names(["field"])
+    assert set(names) == {n for _, _, _, run in report.FIELD.values() for n in (run,)} | \
+        {report.LESSONS[beside][0][0] for _, _, beside, _ in report.FIELD.values()}
+    assert not set(names) & set(experiments.experiment_names(["lessons"])) - {"book_noclip", "book_kl"}
 
 
 def test_every_fix_has_a_gate_that_run_summary_computes():

@@ -223,6 +223,18 @@ SOURCES = {  # recipe -> the values its source gives, typed here from the source
     # gdpo.py: 7_5's algorithm, a 0.1 bonus for a boxed answer, each term normalised first, --kl_coeff 0.02 (k1 summed)
     "gdpo": dict(prompts_per_step=1, temperature=0.8, top_p=0.9, mu=2, resample_epochs=True, reward_norm="norm_then_sum",
                  format_weight=0.1, format_check="boxed", kl=0.02, kl_estimator="k1", kl_level="sequence"),
+    # the field's (field_methods.py): TRL sapo_temperature_pos / _neg 1.0 / 1.05, its grpo (seq-mean) normaliser
+    "sapo": dict(objective="sapo", sapo_tau_pos=1.0, sapo_tau_neg=1.05, loss_agg="seq_mean", ratio_level="token"),
+    # verl examples/gmpo_trainer: clip_ratio_low = clip_ratio_high = 0.4, on the log-ratio
+    "gmpo": dict(objective="gmpo", clip=0.4, clip_high=0.4, loss_agg="seq_mean", ratio_level="token"),
+    # verl examples/dppo_trainer/run_qwen30b_dppo.sh: TV 0.15, KL 0.05, norm_adv_by_std_in_grpo False, token sums
+    "dppo_tv": dict(objective="dppo_tv", clip=0.15, clip_high=0.15, adv_norm="none", loss_agg="constant"),
+    "dppo_kl": dict(objective="dppo_kl", clip=0.05, clip_high=0.05, adv_norm="none", loss_agg="constant"),
+    # TRL loss_type "luspo" with importance_sampling_level "sequence": GSPO's ratio and clip, each answer times its length
+    "luspo": dict(ratio_level="gspo", clip=3e-4, clip_high=4e-4, loss_agg="luspo", kl=0.0),
+    # the VESPO authors' compute_policy_loss_vespo defaults (k_pos 2, lambda_pos 3, k_neg 3, lambda_neg 2), token-mean
+    "vespo": dict(objective="vespo", vespo_k_pos=2.0, vespo_lambda_pos=3.0, vespo_k_neg=3.0, vespo_lambda_neg=2.0,
+                  loss_agg="token_mean", ratio_level="token"),
 }
 
 

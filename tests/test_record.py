@@ -29,7 +29,7 @@ def write_run(folder, steps, last, flags=(), config=True, rounding="plain", **lo
         args = experiments.plan([name], [seed], "runs", steps, list(flags), roundings=[rounding])[0].args
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump({**vars(args), "commit": "0123456789ab", "machine": "x86_64", "rounding": rounding,
-                       "code": provenance.code_record()}, f)  # the working tree's code, as a run of it records
+                       "code": {"files": provenance.code_record()["files"], "edited": []}}, f)  # this code, unedited
     rows = [{"step": 0, "time": 0.0, "eval_acc": 0.3}]
     for s in range(1, last + 1):
         rows.append({"step": s, "time": 2.0 * s, "reward": s / last,

@@ -105,9 +105,12 @@ def read_samples(run_dir):
         return [json.loads(line) for line in f]
 
 
-def test_resume_continues_exactly(warm, tmp_path):
+@pytest.mark.parametrize("more", [[], ["--adaptive-entropy", "--entropy-target", "5", "--entropy-coef-delta", "0.02"]])
+def test_resume_continues_exactly(warm, tmp_path, more):
+    """A run stopped after step 4 and resumed gives the uninterrupted run's steps 5 and 6, number for number; with
+    --adaptive-entropy, the coefficient each step applies too (it travels in the checkpoint)."""
     flags = ["--save-every", "2", "--samples-every", "1", "--lr", "3e-3", "--mu", "2", "--minibatches", "2",
-             "--kl", "0.5"]
+             "--kl", "0.5", *more]
     full = train.main(args_for(warm, tmp_path / "a", "--steps", "6", *flags))
     part = train.main(args_for(warm, tmp_path / "b", "--steps", "4", *flags))
     with open(os.path.join(part, "metrics.jsonl"), "a") as f:  # a step logged after the last checkpoint...
@@ -123,6 +126,12 @@ def test_resume_continues_exactly(warm, tmp_path):
         for key in ("loss", "kl", "grad_norm"):  # kl: the reference is still the warm start after resuming
             assert r[key] == pytest.approx(q[key], rel=1e-5, abs=1e-7), (r["step"], key)
     assert all(r["kl"] > 0 for r in rows[5:])
+    if more:  # none before a first entropy, then 0.02 more a step (it stays under 5): step 5 applies 0.08
+        assert [r["entropy_coef"] for r in rows[1:]] == [q["entropy_coef"] for q in ref[1:]]
+        assert [r["entropy_coef"] for r in rows[1:]] == pytest.approx([0.0, 0.02, 0.04, 0.06, 0.08, 0.1])
+        assert all(r["entropy_bonus"] > 0 for r in rows[2:])
+    else:
+        assert all("entropy_coef" not in r for r in rows)
     assert read_samples(part) == read_samples(full)  # the very completions sampled, step by step
     a = torch.load(os.path.join(full, "ckpt_latest.pt"), weights_only=True)["model"]
     b = torch.load(os.path.join(part, "ckpt_latest.pt"), weights_only=True)["model"]

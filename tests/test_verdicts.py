@@ -59,6 +59,8 @@ def fix_pair(lesson, gain):
 
 
 def holding_pair(lesson):
+    if lesson.startswith("field_"):  # a variant of the field: judged as the lesson or fix it stands beside
+        return holding_pair(report.FIELD[lesson[len("field_"):]][2])
     if lesson.startswith("fix_"):
         return fix_pair(lesson, 1.1)
     check = report.LESSONS[lesson][1]
@@ -67,6 +69,8 @@ def holding_pair(lesson):
 
 
 def near_pairs(lesson):
+    if lesson.startswith("field_"):
+        return near_pairs(report.FIELD[lesson[len("field_"):]][2])
     return [fix_pair(lesson, 0.9)] if lesson.startswith("fix_") else NEAR[report.LESSONS[lesson][1]]
 
 
@@ -139,6 +143,30 @@ def test_each_fix_asks_twice_the_spread_of_the_runs_without_it_and_says_so(item)
     spread = statistics.stdev(seeds) / (statistics.mean(seeds) if unit == "relative" else 1)
     assert size == pytest.approx(round_up(2 * spread)), (item, size, 2 * spread)
     assert report.margin_text(size, unit) in report.LESSONS["fix_" + item][2]
+
+
+@pytest.mark.parametrize("method", list(report.FIELD))
+def test_each_field_variant_is_judged_by_the_check_and_margin_of_the_chapters_answer_beside_it(method):
+    """A variant of the field (report.FIELD) is held to the very check of the lesson or fix it stands beside: the
+    same run without, the same number, moved the same way by the same margin (a fix's margin is twice its run
+    without's spread, test_each_fix_asks_twice_...; a lesson's, 15 points). Only its own run differs."""
+    _, _, beside, run = report.FIELD[method]
+    names, check, claim = report.LESSONS["field_" + method]
+    assert check is report.LESSONS[beside][1] and names == [report.LESSONS[beside][0][0], run]
+    assert report.LESSONS[beside][2] in claim
+    if beside.startswith("fix_"):
+        size, unit = report.FIXES[beside[len("fix_"):]][-1]
+        assert report.margin_text(size, unit) in claim
+
+
+def test_the_field_table_says_not_run_yet_and_counts_seeds_where_runs_exist():
+    s = lambda v: {"clipped_steps": v}  # noqa: E731
+    summaries = {"lag_decoupled": {"seed0": s(0.4), "seed1": s(0.45)},
+                 "lag_decoupled_icepop": {"seed0": s(0.05), "seed1": s(0.4)}}
+    rows = {line.split(" | ")[0][2:]: line for line in report.field_table(summaries).splitlines()[2:]}
+    assert set(rows) == set(report.FIELD)
+    assert "| 40% -> 5%, 45% -> 40% | 1 of 2 |" in rows["icepop"]  # 35 points down, then 5 (< 13)
+    assert rows["sapo"].endswith("| not run yet | - |") and "| instability (not run yet) |" in rows["sapo"]
 
 
 def test_round_up_keeps_two_digits_upwards():

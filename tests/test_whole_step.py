@@ -16,12 +16,14 @@ import collections
 import copy
 import dataclasses
 import inspect
+import math
 import re
 import statistics
 
 import pytest
 import torch
 
+import field_methods
 import grpo
 import logprobs as logprobs_py  # logprobs.py; `logprobs` below is this file's float64 reference
 import rewards
@@ -762,11 +764,13 @@ def test_mask_truncated_gives_cut_off_answers_no_weight(warm_policy, table, trun
 
 def kl_grad(lp, old, ref, W, cfg):
     """(b, T) d(beta * KL term)/d logp_t by hand, with lr = log pi_ref - log pi:
-    k1 = -lr, k2 = lr^2 / 2, k3 = e^lr - 1 - lr; per token, or of the summed log-probs
+    k1 = -lr, k2 = lr^2 / 2, k3 = e^lr - 1 - lr (k3+: its value, k2's derivative); per token, or of the summed log-probs
     (the book); --kl-reweight multiplies by the ratio r, whose own gradient is r."""
     m = W > 0
-    f = {"k1": lambda x: -x, "k2": lambda x: x * x / 2, "k3": lambda x: x.exp() - 1 - x}[cfg.kl_estimator]
-    df = {"k1": lambda x: 1 + 0 * x, "k2": lambda x: -x, "k3": lambda x: 1 - x.exp()}[cfg.kl_estimator]  # d/dlogp
+    k3 = lambda x: x.exp() - 1 - x  # noqa: E731
+    f = {"k1": lambda x: -x, "k2": lambda x: x * x / 2, "k3": k3, "k3+": k3}[cfg.kl_estimator]
+    df = {"k1": lambda x: 1 + 0 * x, "k2": lambda x: -x, "k3": lambda x: 1 - x.exp(),  # d/dlogp
+          "k3+": lambda x: -x}[cfg.kl_estimator]  # k3+: k3's value, k2's derivative
     if cfg.kl_level == "token":
         x, w = (ref - lp).double(), W
         r = ((lp - old).double() * m).exp()
@@ -781,7 +785,8 @@ def kl_grad(lp, old, ref, W, cfg):
 @pytest.mark.parametrize("flag", [dict(kl=0.0), dict(kl=0.5), dict(kl=0.5, kl_estimator="k1"),
                                   dict(kl=0.5, kl_estimator="k2"), dict(kl=0.5, kl_level="sequence"),
                                   dict(kl=0.5, kl_level="sequence", kl_estimator="k1"),
-                                  dict(kl=0.5, kl_reweight=True), dict(kl=0.5, kl_reweight=True, kl_level="sequence")])
+                                  dict(kl=0.5, kl_reweight=True), dict(kl=0.5, kl_reweight=True, kl_level="sequence"),
+                                  dict(kl=0.5, kl_estimator="k3+"), dict(kl=0.5, kl_estimator="k3+", kl_level="sequence")])
 def test_kl_estimator_level_and_reweight_through_the_step(warm_policy, table, flag):
     """The first (on-policy) update's gradient is the policy gradient plus beta times the
     estimator's own, against a reference that differs from the policy; the logged kl is
@@ -1051,6 +1056,205 @@ def test_lr_is_the_size_of_adams_first_step(tiny_warm, table, tmp_path):
     assert moves.max().item() == pytest.approx(3e-3, rel=1e-3) and run_dir.endswith("lr")
 
 
+# ---------------------------------------------------------------- the field past the chapter (field_methods.py)
+
+def field_grad(lp, old, sampler, A, W, cfg):
+    """(b, T) d loss / d logp_t of the field's objectives, written out from their papers (tests/test_field.py has
+    each on a hand-made case): SAPO's gate derivative 4 r s (1 - s), GMPO's geometric mean of log-clipped ratios,
+    DPPO's detached pi / mu on the tokens inside its trust region, VESPO's Gamma weight of the whole answer."""
+    eps_low, eps_high = cfg.clip, cfg.clip if cfg.clip_high is None else cfg.clip_high
+    A, m = A[:, None].double(), W > 0
+    log_r = (lp - old) * m
+    if cfg.objective == "sapo":
+        tau = torch.where(A > 0, cfg.sapo_tau_pos, cfg.sapo_tau_neg)
+        s = torch.sigmoid(tau * (log_r.exp() - 1))
+        return -A * 4 * log_r.exp() * s * (1 - s) * W
+    if cfg.objective == "gmpo":
+        clipped = log_r.clamp(-eps_low, eps_high)
+        kept = torch.where(A > 0, torch.minimum(log_r, clipped), torch.maximum(log_r, clipped))
+        ratio = ((kept * m).sum(1, keepdim=True) / m.sum(1, keepdim=True)).exp()  # (b, 1) the geometric mean
+        flowing = (kept == log_r) & m
+        return -A * ratio * flowing * W.sum(1, keepdim=True) / m.sum(1, keepdim=True)
+    if cfg.objective.startswith("dppo"):
+        pi, mu = lp.exp(), sampler.exp()
+        if cfg.objective == "dppo_tv":
+            out = torch.where(A > 0, pi - mu > eps_high, pi - mu < -eps_low)
+        else:
+            D = mu * (sampler - lp) + (1 - mu) * torch.log((1 - mu + 1e-8) / (1 - pi + 1e-8))
+            out = torch.where(A > 0, (D > eps_high) & (pi > mu), (D > eps_low) & (pi < mu))
+        return -A * (lp - sampler).exp() * (~out & m) * W
+    if cfg.objective == "vespo":
+        k = torch.where(A >= 0, cfg.vespo_k_pos, cfg.vespo_k_neg)
+        lam = torch.where(A >= 0, cfg.vespo_lambda_pos, cfg.vespo_lambda_neg)
+        w = log_r.sum(1, keepdim=True).exp()  # (b, 1) the product of the answer's token ratios
+        return -torch.exp(lam) * w ** k * torch.exp(-lam * w) * A * W
+    raise ValueError(cfg.objective)
+
+
+@pytest.mark.parametrize("flag", [dict(objective="sapo", sapo_tau_pos=0.5, sapo_tau_neg=4.0),
+                                  dict(objective="gmpo", clip=0.1), dict(objective="dppo_tv", clip=0.02),
+                                  dict(objective="dppo_kl", clip=0.005),
+                                  dict(objective="vespo", loss_agg="token_mean", vespo_k_pos=1.5, vespo_lambda_pos=2.0,
+                                       vespo_k_neg=4.0, vespo_lambda_neg=3.0)])
+def test_the_fields_objectives_set_each_tokens_gradient_in_the_second_update(warm_policy, table, flag):
+    """The second update of a mu = 2 step, whose ratios moved: each token's gradient is the one its objective's
+    formula gives from the log-probs of pi_theta, pi_old and the sampler, and the objective's own decision
+    acts on some tokens (SAPO's gate far from 1, GMPO's clip, DPPO's region, VESPO's weight far from 1)."""
+    cfg = GRPOConfig(**OFF, **flag)
+    step, u, lp, old, A, W, r = off_policy(warm_policy, cfg)
+    sampler = step.batch.sampler_logp[u.rows].double()
+    want = field_grad(lp, old, sampler, A, W, cfg)
+    assert_grad(u, want, atol=1e-6)
+    m, plain = W > 0, -A[:, None] * r * W  # the ratio's own gradient, as PPO inside its clip
+    acted = ((want - plain).abs() > 0.05 * plain.abs()) & m
+    assert acted.sum() >= 3 and (want != 0).any()
+    if flag["objective"] in ("gmpo", "dppo_tv", "dppo_kl"):  # where the bound stops a token, logged as clipped
+        assert ((want == 0) & m & (A[:, None] != 0)).any() and step.stats["clip_frac"] > 0
+
+
+def lagged_pair(warm_policy, cfg):
+    """Two steps of one run with --rollout-lag 1 --lag-pi-old learner: the second trains on the first's batch,
+    sampled by a policy one step stale, with pi_old the learner at the step (ratio 1 in its first update) ->
+    (that step, its first update, pi_theta's log-probs, the stale sampler's, A, W), the hand ones float64."""
+    model, enc = warm_policy()
+    opt, lagged = torch.optim.Adam(model.parameters(), lr=3e-3), collections.deque()
+    first = run(model, enc, cfg, seed=1, opt=opt, lagged=lagged)
+    second = run(model, enc, cfg, seed=2, opt=opt, lagged=lagged)
+    u, b = second.updates[0], second.batch
+    assert b is first.batch
+    lp, stale = logprobs(u.policy, b, rows=u.rows), logprobs(first.before, b, rows=u.rows)
+    A = advantages(b.rewards["total"], cfg.group_size, cfg.adv_norm)[u.rows]
+    return second, u, lp, stale, A, token_weights(completion(b)[u.rows], cfg.loss_agg, cfg.max_new_tokens)
+
+
+LAG_PAIR = dict(BASE, rollout_lag=1, lag_pi_old="learner")
+
+
+@pytest.mark.parametrize("mode, floor, cap", [("token_truncate", 0.9, 1.1), ("token_mask", 0.9, 1.1),
+                                              ("sequence_truncate", 0.3, 3.0), ("sequence_mask", 0.3, 3.0)])
+def test_tis_floor_and_mode_truncate_or_mask_the_stale_samplers_weight(warm_policy, table, mode, floor, cap):
+    """--tis-cap C --tis-floor F --tis-mode: with pi_old the learner and the sampler a step stale, each token's
+    policy gradient is weighted by w = pi_old / pi_sampler (per token, or the product over its answer), clipped
+    into [F, C] (truncate) or kept there and 0 outside (mask: IcePop, MIS); the band cuts both ways here."""
+    cfg = GRPOConfig(**LAG_PAIR, tis_cap=cap, tis_floor=floor, tis_mode=mode)
+    step, u, lp, stale, A, W = lagged_pair(warm_policy, cfg)
+    m = W > 0
+    log_w = (lp - stale) * m
+    if mode.startswith("sequence"):
+        log_w = log_w.sum(1, keepdim=True).expand_as(lp)
+    w = log_w.exp()
+    assert ((w < floor) & m).any() and ((w > cap) & m).any() and ((w > floor) & (w < cap) & m).any()
+    weight = w.clamp(floor, cap) if mode.endswith("truncate") else torch.where((w >= floor) & (w <= cap), w, 0.0)
+    assert_grad(u, -A[:, None] * weight * W, atol=1e-6)  # ratio 1: the clip is idle
+    if mode.endswith("mask"):
+        assert step.stats["is_masked_frac"] == pytest.approx((((weight == 0) & m).sum() / m.sum()).item(), abs=0.02)
+    else:
+        assert "is_masked_frac" not in step.stats
+
+
+@pytest.mark.parametrize("rule, bound", [("token_k1", 1.05), ("token_k3", 0.001), ("seq_mean_k2", 1.0),
+                                         ("seq_max_k3", 3.0)])
+def test_rejection_takes_the_tokens_or_answers_far_from_the_stale_sampler_out_of_the_mask(warm_policy, table, rule,
+                                                                                         bound):
+    """--rejection RULE --rejection-bound U (verl's rollout_rs) with the sampler a step stale: the tokens (token_*)
+    or whole answers (seq_*) whose k1 / k2 / k3 of log pi_old - log pi_sampler passes U leave the mask, so under
+    the token mean the kept ones share the loss: each gets -A / (the number kept)."""
+    cfg = GRPOConfig(**LAG_PAIR, loss_agg="token_mean", rejection=rule, rejection_bound=bound)
+    step, u, lp, stale, A, W = lagged_pair(warm_policy, cfg)
+    m = W > 0
+    x = (lp - stale) * m  # log r
+    d = {"k1": -x, "k2": x * x / 2, "k3": x.exp() - 1 - x}[rule[-2:]]
+    if rule.startswith("seq_mean"):
+        d = ((d * m).sum(1, keepdim=True) / m.sum(1, keepdim=True)).expand_as(d)
+    elif rule.startswith("seq_max"):
+        d = d.masked_fill(~m, -1.0).amax(1, keepdim=True).expand_as(d)
+    kept = m & ((d.abs() <= math.log(bound)) if rule.endswith("k1") else (d <= bound))
+    assert 0.1 < kept.sum() / m.sum() < 0.9  # the bound acts, and leaves something
+    assert_grad(u, -A[:, None] * kept / kept.sum(), atol=1e-6)
+    assert step.stats["rejected_frac"] == pytest.approx(1 - (kept.sum() / m.sum()).item(), abs=0.02)
+
+
+@pytest.mark.parametrize("baseline", ["leave_one_out", "batch"])
+def test_baseline_rloo_and_reinforce_pp_give_the_updates_advantages(warm_policy, table, baseline):
+    """--baseline: RLOO's r_i minus the mean of the other G - 1 of its group, undivided; REINFORCE++'s r_i
+    whitened over the batch's tokens (each answer counted once per completion token). TABLE's constant group gets
+    0 from RLOO and an advantage from REINFORCE++."""
+    model, enc = warm_policy()
+    cfg = GRPOConfig(**BASE, baseline=baseline)
+    step = run(model, enc, cfg)
+    r, G = [float(x) for x in step.batch.rewards["total"]], cfg.group_size
+    n = [int(k) for k in completion(step.batch).sum(1)]
+    if baseline == "leave_one_out":
+        want = [x - (sum(r[i - i % G:i - i % G + G]) - x) / (G - 1) for i, x in enumerate(r)]
+    else:
+        N = sum(n)
+        mu = sum(k * x for k, x in zip(n, r)) / N
+        sd = math.sqrt(sum(k * (x - mu) ** 2 for k, x in zip(n, r)) / (N - 1) + 1e-8)
+        want = [(x - mu) / sd for x in r]
+    want = torch.tensor(want, dtype=torch.float64)
+    torch.testing.assert_close(step.updates[0].adv.double(), want, rtol=1e-5, atol=1e-6)
+    assert_grad(step.updates[0], -want[:, None] * token_weights(completion(step.batch)))
+    constant = [g for g in range(0, len(r), G) if len(set(r[g:g + G])) == 1]
+    assert constant and (want[constant[0]:constant[0] + G].abs().max() > 0.1) == (baseline == "batch")
+
+
+def test_top_entropy_quantile_keeps_the_policy_gradient_on_the_high_entropy_tokens(warm_policy, table):
+    """--top-entropy-quantile 0.3 (the 80/20 rule): of the update's completion tokens, only those whose learner
+    entropy is at least the 0.7-quantile keep their policy gradient; the others count in the answer's mean."""
+    model, enc = warm_policy()
+    cfg = GRPOConfig(**BASE, top_entropy_quantile=0.3)
+    step = run(model, enc, cfg)
+    m = completion(step.batch)
+    H = entropies(step.before, step.batch)
+    tau = torch.quantile(H[m], 0.7)
+    edge = m & ((H - tau).abs() < 1e-4)  # a group's equal answers tie: float32 may put them on either side
+    keep = m & (H >= tau)
+    assert 0.25 < keep.sum() / m.sum() < 0.45
+    u, want = step.updates[0], on_policy_grad(step, cfg)
+    torch.testing.assert_close(u.grad.double()[~edge], (want * keep)[~edge], rtol=1e-4, atol=1e-7)
+    assert all(g == 0 or abs(g - w) < 1e-6 for g, w in zip(u.grad.double()[edge].tolist(), want[edge].tolist()))
+
+
+@pytest.mark.parametrize("agg", ["bnpo", "luspo"])
+def test_loss_agg_bnpo_is_the_token_mean_here_and_luspo_weighs_gspos_answers_by_length(warm_policy, table, agg):
+    """--loss-agg bnpo, in one process: token_mean's weights exactly (its own normaliser is this process's tokens);
+    --loss-agg luspo under GSPO's ratio (1 in the first update): each answer's GSPO term times its length, so each
+    token's gradient is -A / B, not -A / (B n_i)."""
+    model, enc = warm_policy()
+    cfg = GRPOConfig(**BASE, loss_agg=agg, **(dict(ratio_level="gspo") if agg == "luspo" else {}))
+    step = run(model, enc, cfg)
+    m = completion(step.batch)
+    A = advantages(step.batch.rewards["total"], 4)[:, None]
+    want = -A * m / m.sum() if agg == "bnpo" else -A * m / len(m)
+    assert_grad(step.updates[0], want)
+
+
+@pytest.mark.parametrize("target, acts", [(10.0, True), (1e-3, False)])
+def test_adaptive_entropy_applies_the_coefficient_the_last_steps_entropy_set(warm_policy, table, target, acts):
+    """--adaptive-entropy over three steps, the controller between them as train.py runs it: the first step
+    applies no bonus (no entropy measured yet); each later step applies c (from --entropy-coef, stepped by
+    --entropy-coef-delta, capped at --entropy-coef-max) only if the previous step's entropy was at or below
+    --entropy-target, and d loss / d H_t is then -c times the token's weight."""
+    import train
+    model, enc = warm_policy()
+    cfg = GRPOConfig(**BASE, adaptive_entropy=True, entropy_coef=0.02, entropy_coef_delta=0.05,
+                     entropy_coef_max=0.06, entropy_target=target)
+    opt, control, applied = torch.optim.Adam(model.parameters(), lr=1e-3), field_methods.entropy_control_start(cfg), []
+    for seed in (1, 2, 3):
+        step_cfg = train.entropy_controlled(cfg, control)
+        step = run(model, enc, step_cfg, seed=seed, opt=opt)
+        applied.append(step_cfg.entropy_coef)
+        u, W = step.updates[0], token_weights(completion(step.batch))
+        if applied[-1]:
+            torch.testing.assert_close(u.entropy_grad.double(), -applied[-1] * W)
+        else:
+            assert u.entropy_grad is None
+        assert (step.stats["entropy"] <= target) == acts
+        control = field_methods.entropy_control_step(control, step.stats["entropy"], cfg)
+    assert applied == ([0.0, 0.06, 0.06] if acts else [0.0, 0.0, 0.0])  # 0.02 + 0.05 capped at 0.06; or gated off
+    assert control["coef"] == (0.06 if acts else 0.0)
+
+
 # ---------------------------------------------------------------- one table, checked
 
 FLAG_TESTS = {  # GRPOConfig field -> the tests in this file that run a step with it on and off
@@ -1067,6 +1271,7 @@ FLAG_TESTS = {  # GRPOConfig field -> the tests in this file that run a step wit
     "overlong_cache": ["test_overlong_cache_penalises_the_last_tokens_linearly"],
     "adv_norm": ["test_adv_norm_divides_by_the_group_std_the_batch_std_or_nothing"],
     "adv_clip": ["test_adv_clip_clamps_each_advantage_to_plus_minus_c"],
+    "baseline": ["test_baseline_rloo_and_reinforce_pp_give_the_updates_advantages"],
     "reward_norm": ["test_reward_norm_gdpo_gives_the_advantages_of_a_known_reward_table"],
     "dynamic_sampling": ["test_dynamic_sampling_trains_only_on_groups_whose_rewards_differ"],
     "max_sampling_rounds": ["test_max_sampling_rounds_bounds_the_redraws"],
@@ -1076,24 +1281,43 @@ FLAG_TESTS = {  # GRPOConfig field -> the tests in this file that run a step wit
     "clip": ["test_clip_zeroes_the_gradient_past_one_plus_minus_eps"],
     "clip_high": ["test_clip_high_raises_only_the_upper_bound"],
     "dual_clip": ["test_dual_clip_bounds_negative_advantages_at_c"],
-    "objective": ["test_objective_sets_where_the_gradient_stops"],
+    "objective": ["test_objective_sets_where_the_gradient_stops",
+                  "test_the_fields_objectives_set_each_tokens_gradient_in_the_second_update"],
+    "sapo_tau_pos": ["test_the_fields_objectives_set_each_tokens_gradient_in_the_second_update"],
+    "sapo_tau_neg": ["test_the_fields_objectives_set_each_tokens_gradient_in_the_second_update"],
+    "vespo_k_pos": ["test_the_fields_objectives_set_each_tokens_gradient_in_the_second_update"],
+    "vespo_lambda_pos": ["test_the_fields_objectives_set_each_tokens_gradient_in_the_second_update"],
+    "vespo_k_neg": ["test_the_fields_objectives_set_each_tokens_gradient_in_the_second_update"],
+    "vespo_lambda_neg": ["test_the_fields_objectives_set_each_tokens_gradient_in_the_second_update"],
     "ratio_level": ["test_ratio_level_is_per_token_or_per_sequence"],
     "kl": ["test_kl_estimator_level_and_reweight_through_the_step"],
     "kl_estimator": ["test_kl_estimator_level_and_reweight_through_the_step"],
     "kl_level": ["test_kl_estimator_level_and_reweight_through_the_step"],
     "loss_agg": ["test_loss_agg_weighs_each_token_as_its_formula",
+                 "test_loss_agg_bnpo_is_the_token_mean_here_and_luspo_weighs_gspos_answers_by_length",
                  "test_max_new_tokens_caps_completions_and_is_dr_grpos_denominator"],
     "mask_truncated": ["test_mask_truncated_gives_cut_off_answers_no_weight"],
-    "entropy_coef": ["test_entropy_coef_is_a_bonus_the_step_raises_the_entropy"],
+    "entropy_coef": ["test_entropy_coef_is_a_bonus_the_step_raises_the_entropy",
+                     "test_adaptive_entropy_applies_the_coefficient_the_last_steps_entropy_set"],
+    "adaptive_entropy": ["test_adaptive_entropy_applies_the_coefficient_the_last_steps_entropy_set"],
+    "entropy_target": ["test_adaptive_entropy_applies_the_coefficient_the_last_steps_entropy_set"],
+    "entropy_coef_delta": ["test_adaptive_entropy_applies_the_coefficient_the_last_steps_entropy_set"],
+    "entropy_coef_max": ["test_adaptive_entropy_applies_the_coefficient_the_last_steps_entropy_set"],
+    "top_entropy_quantile": ["test_top_entropy_quantile_keeps_the_policy_gradient_on_the_high_entropy_tokens"],
     "kl_cov": ["test_kl_cov_adds_the_sign_of_log_r_on_the_tokens_of_largest_covariance"],
     "fused_head": ["test_fused_head_goes_from_hidden_states_without_the_logits"],
     "share_prompts": ["test_share_prompts_runs_each_groups_prompt_once_with_the_same_numbers"],
     "tis_cap": ["test_tis_cap_weights_each_token_by_the_capped_learner_to_sampler_ratio",
-                "test_tis_and_the_off_policy_mask_act_by_their_formulas_in_every_update_of_a_lagged_step"],
+                "test_tis_and_the_off_policy_mask_act_by_their_formulas_in_every_update_of_a_lagged_step",
+                "test_tis_floor_and_mode_truncate_or_mask_the_stale_samplers_weight"],
+    "tis_floor": ["test_tis_floor_and_mode_truncate_or_mask_the_stale_samplers_weight"],
+    "tis_mode": ["test_tis_floor_and_mode_truncate_or_mask_the_stale_samplers_weight"],
     "keep_sampling_mask": ["test_keep_sampling_mask_makes_the_learners_logprobs_the_samplers"],
     "off_policy_mask": ["test_off_policy_mask_drops_the_negative_sequences_far_from_the_sampler",
                         "test_tis_and_the_off_policy_mask_act_by_their_formulas_in_every_update_of_a_lagged_step"],
     "kl_reweight": ["test_kl_estimator_level_and_reweight_through_the_step"],
+    "rejection": ["test_rejection_takes_the_tokens_or_answers_far_from_the_stale_sampler_out_of_the_mask"],
+    "rejection_bound": ["test_rejection_takes_the_tokens_or_answers_far_from_the_stale_sampler_out_of_the_mask"],
     "rollout_lag": ["test_rollout_lag_trains_on_the_batch_sampled_k_steps_ago_with_the_policy_that_sampled_it_as_pi_old"],
     "lag_pi_old": ["test_lag_pi_old_learner_makes_pi_old_the_learner_at_the_step_and_the_tis_weights_the_stale_samplers",
                    "test_tis_and_the_off_policy_mask_act_by_their_formulas_in_every_update_of_a_lagged_step"],
