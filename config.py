@@ -151,7 +151,8 @@ class GRPOConfig:
                            "--off-policy-mask)", ["sampler", "learner"])
     # optimisation
     lr: float = knob("optimisation", 1e-4, "Adam learning rate")
-    max_grad_norm: float = knob("optimisation", 1.0, "gradient clipping", inf="no clipping")
+    max_grad_norm: float = knob("optimisation", 1.0, "the gradient-norm limit: a larger norm is scaled down to it",
+                                inf="no limit")
 
     @property
     def clip_range(self):

@@ -173,8 +173,8 @@ def machine():
 
 
 # name -> (train.py's threads, environment, what it changes). plain is how every run goes unless asked;
-# each other one sums the same floats in another order, which changes a default run's loss at the 1e-9
-# level from its first step (docs/performance.md measures each). MKL_ENABLE_INSTRUCTIONS is not one:
+# each other one sums the same floats in another order, which changes a default run's loss at the 1e-8
+# level from its first step (EXPERIMENTS.md, "The lessons on another CPU"). MKL_ENABLE_INSTRUCTIONS is not one:
 # it changed no number of a run here, where PyTorch's matrix products do not go through MKL's widths.
 ROUNDINGS = {
     "plain": (1, {}, "one thread, the machine's widest vector instructions"),
