@@ -1,28 +1,26 @@
-"""laptop-grpo's GRPO, in the order a step runs it: `grpo_step` first, then each of its pieces.
+"""laptop-grpo's GRPO: the chapter's step as the papers write it (`grpo_step_textbook`), the same step with
+each variant's switch (`grpo_step`), then each of its pieces in the order the step runs them.
 
     sample G answers per prompt (rollouts.py) -> rewards (rewards.py) -> group advantages
     -> log-probs of pi_theta, pi_old, pi_ref (logprobs.py) -> clipped ratio (+ KL) -> mean -> update
 
     python train.py --clip 0.2 --kl 0.0      # config.GRPOConfig's fields are the flags; --help lists them
 
-Sections 1-4 are the chapter's GRPO. Every variant is a flag on the one function that holds its
-idea (`--ratio-level` on `policy_ratio`, `--kl-estimator` on `kl_penalty`, ...); those with a function
-of their own (other objectives, GDPO, the off-policy corrections, KL-Cov, the exact KL) follow
-in section 5; one that is off costs nothing and logs nothing. The field's later ones (SAPO, GMPO,
-IcePop, RLOO, ...) are field_methods.py's, called from here. What a step logs is stats.py's. Where
-this departs from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/):
-1. The learner scores log-probs at the sampler's temperature, so the sampler and the learner describe
-   one distribution. The book samples at T 0.8 with top-p 0.9 and scores at T 1 over the full
-   vocabulary: `--learner-temperature 1` (`learner_temperature`).
-2. Epochs reuse one rollout (`--mu`, `--minibatches`, as TRL and verl do); the book's `--inner_epochs`
-   sample again from a frozen copy: `--resample-epochs` (`grpo_step`).
-3. The ratio is per token (GRPO); the book's summed sequence ratio is `--ratio-level sequence`, its
-   `torch.where` objective `--objective book` (`book_objective`).
-4. The KL is Schulman's k3 per token; the book's k1 on summed log-probs is `--kl-estimator k1
-   --kl-level sequence` (`kl_penalty`). A reference model exists only when beta > 0, as in `7_5_plus_kl.py`.
-5. Log-probs come from kernels that never materialise an (N, V) log-softmax, only for completion rows
-   (logprobs.py: `token_logprobs`; `token_logprobs_reference` is the textbook log_softmax, tests: equal).
-Many processes (torchrun): distributed.py says how each normaliser is made global.
+Sections 1-4 are the chapter's GRPO; each variant is a flag on the one function that holds its idea
+(`--ratio-level` on `policy_ratio`, ...); those with a function of their own follow in section 5, and the
+field's later ones (SAPO, GMPO, IcePop, RLOO, ...) are field_methods.py's. One that is off costs nothing and
+logs nothing. What a step logs is stats.py's; under torchrun, distributed.py makes each normaliser global.
+Where this departs from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/):
+1. The learner scores at the sampler's temperature; the book samples at T 0.8 with top-p 0.9 and scores at
+   T 1 over the whole vocabulary: `--learner-temperature 1`.
+2. Epochs reuse one rollout (`--mu`, `--minibatches`, as TRL and verl do); the book's inner epochs sample
+   again from a frozen copy: `--resample-epochs`.
+3. The ratio is per token; the book's summed sequence ratio and `torch.where` objective are
+   `--ratio-level sequence --objective book`.
+4. The KL is k3 per token; the book's k1 on summed log-probs is `--kl-estimator k1 --kl-level sequence`.
+   A reference model exists only when beta > 0, as in `7_5_plus_kl.py`.
+5. Log-probs come from kernels that never materialise an (N, V) log-softmax (logprobs.py; its textbook
+   `token_logprobs_reference`, which grpo_step_textbook uses, gives the same numbers).
 """
 import copy
 import math
@@ -32,15 +30,42 @@ import torch
 
 import field_methods
 import rewards
-from config import RECIPES, GRPOConfig  # noqa: F401 (grpo.GRPOConfig and grpo.RECIPES, as they always were)
+from config import RECIPES, GRPOConfig  # noqa: F401 (grpo.GRPOConfig and grpo.RECIPES: the settings a step reads)
 from distributed import everywhere_finite, global_mean, global_std, same_count, unwrap
-from logprobs import token_logprobs, vocab_logprobs
+from logprobs import token_logprobs, token_logprobs_reference, vocab_logprobs
 from rollouts import lagged_batch, minibatch_rows, rollout, sample_batch
 from stats import StepStats, batch_stats, update_stats
 
 
+def grpo_step_textbook(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator):
+    """One step of the chapter's GRPO and nothing else, as the papers write it -> the last update's loss.
+    `grpo_step` below is this step with each variant's switch: at the default flags, and with --kl > 0,
+    the two leave the same weights and loss (tests/test_grpo_step.py::test_the_textbook_step_*)."""
+    batch = rollout(policy, enc, [next_problems() for _ in range(n_prompts)], cfg, generator)  # G answers a prompt
+    r = batch.rewards["total"].view(-1, cfg.group_size)  # (n_prompts, G)
+    A = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).view(-1, 1)  # (B, 1) group-relative
+    m = batch.loss_mask.float()  # (B, T): the answers' tokens
+
+    def logp(model):  # (B, T) log pi of each answer token, by the full log-softmax (logprobs.py)
+        return token_logprobs_reference(model, batch.tokens, batch.mask, batch.loss_mask, cfg.temperature)[0]
+    with torch.no_grad():  # pi_old (the policy that sampled) and pi_ref (the warm start), fixed for all updates
+        old_logp, ref_logp = logp(policy), logp(ref_policy) if cfg.kl > 0 else None
+    for _ in range(cfg.mu):  # mu updates on one batch: the first at ratio 1, the later ones off-policy
+        new_logp = logp(policy)  # pi_theta, with gradient
+        ratio = torch.exp(new_logp - old_logp)  # (B, T) pi_theta / pi_old
+        loss = -torch.minimum(ratio * A, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * A)  # PPO's clipped surrogate
+        if cfg.kl > 0:  # k3 (Schulman): r - 1 - log r, r = pi_ref / pi_theta
+            loss = loss + cfg.kl * (torch.exp(ref_logp - new_logp) - 1 - (ref_logp - new_logp))
+        loss = ((loss * m).sum(1) / m.sum(1)).mean()  # each answer's mean over its tokens, then the batch's
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)  # the gradient-norm limit
+        opt.step()
+    return loss
+
+
 def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator, lagged=None):
-    """One GRPO step -> (the Rollouts it trained on, {statistic: float}):
+    """The same step, with each variant's switch -> (the Rollouts it trained on, {statistic: float}):
 
         sample G answers to each of n_prompts problems, score them        (rollouts.py)
         A = their group-relative advantages                                 1.
@@ -48,11 +73,10 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
         mu epochs of K minibatch updates: pi_theta's log-probs (2.), the clipped
         ratio pi_theta / pi_old times A (+ beta KL to pi_ref), a mean (3.), a step (4.)
 
-    pi_old is the policy as the step found it: it samples the answers and stays every update's old policy
-    while the updates change it in place (--resample-epochs: sample afresh from a frozen copy; --rollout-lag:
-    train on a batch sampled steps ago, `stale_batch`, whose queue `lagged` the caller keeps across steps).
-    policy_ddp: the policy, under torchrun wrapped in DDP (distributed.wrap), whose backward averages the
-    gradients over the ranks; in one process, itself.
+    The switches: --resample-epochs samples afresh from a frozen pi_old each epoch (the book's inner epochs);
+    --rollout-lag trains on a batch sampled steps ago (`stale_batch`, its queue `lagged` kept by the caller);
+    --minibatches splits each epoch; the statistics are stats.py's. policy_ddp: under torchrun the policy
+    wrapped in DDP (distributed.wrap), whose backward averages the gradients over the ranks; else itself.
     """
     policy = unwrap(policy_ddp)  # sampling and the no-grad passes need no gradient all-reduce
     pi_old = copy.deepcopy(policy).requires_grad_(False) if cfg.resample_epochs and cfg.mu > 1 else policy
@@ -65,18 +89,18 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
                                                            cfg, generator)
             adv = advantages(batch, cfg)  # (B,)
             loss_mask = batch.loss_mask & ~batch.truncated[:, None] if cfg.mask_truncated else batch.loss_mask
-            row_sets = same_count(minibatch_rows(len(adv), cfg.group_size, cfg.minibatches))  # K tensors of rows
+            minibatches = same_count(minibatch_rows(len(adv), cfg.group_size, cfg.minibatches))  # K tensors of rows
             ref_logp = logprobs_no_grad(ref_policy, batch, loss_mask, cfg) if cfg.kl > 0 else None  # (B, T)
-            old_logp = old_logprobs(pi_old, batch, loss_mask, cfg, epoch == 0 and len(row_sets) == 1)  # (B, T)
-        for rows in row_sets:
+            old_logp = old_logprobs(pi_old, batch, loss_mask, cfg, epoch == 0 and len(minibatches) == 1)  # (B, T)
+        for rows in minibatches:
             stats.next_update()
             logp, entropy = batch_logprobs(policy_ddp, batch, rows, loss_mask, cfg)  # pi_theta (b, T), with gradient
-            old_logp = logp.detach() if old_logp is None else old_logp  # (B, T) pi_old: the first update's own
+            old_logp = logp.detach() if old_logp is PI_THETA_ITSELF else old_logp  # (B, T): the first update's own
             old, ref = old_logp[rows], None if ref_logp is None else ref_logp[rows]  # (b, T) pi_old, pi_ref
             loss = grpo_loss(logp, old, ref, adv[rows], loss_mask[rows], cfg, entropy, batch.sampler_logp[rows])
             kl_exact = exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg)  # --exact-kl: what the KL estimates
             grad_norm = optimizer_step(policy_ddp, opt, loss.value, cfg.max_grad_norm, stats.n_updates,
-                                       cfg.mu * len(row_sets))
+                                       cfg.mu * len(minibatches))
             update_stats(stats, loss, logp, old, entropy, loss_mask[rows], grad_norm, kl_exact, adv[rows],
                          batch.sampler_logp[rows])
         if epoch == 0:
@@ -135,15 +159,17 @@ def logprobs_no_grad(model, batch, loss_mask, cfg):
     return batch_logprobs(model, batch, torch.arange(batch.tokens.shape[0]), loss_mask, cfg)[0]
 
 
+PI_THETA_ITSELF = "pi_old's log-probs are the first update's own"  # old_logprobs' answer where no pass is needed
+
+
 def old_logprobs(pi_old, batch, loss_mask, cfg, first_update_sees_every_row):
-    """(B, T) pi_old's log-probs of a batch, fixed for all its updates, or None where the first update's own
-    forward gives them: until that update the policy *is* pi_old, so when it sees every row its log-probs,
-    detached, are pi_old's (the same numbers as a separate pass, which costs 10-16% of a default step).
-    --rollout-lag: pi_old is the policy that sampled the batch K steps ago (--lag-pi-old sampler, taken when
-    it sampled: `stale_batch`), or the learner as the step finds it (learner: decoupled PPO)."""
+    """(B, T) pi_old's log-probs of a batch, fixed for its updates, or PI_THETA_ITSELF: until the first update
+    steps the policy *is* pi_old, so an update that sees every row gets them from its own forward, detached, at
+    ratio exactly 1 (grpo_step_textbook makes the second pass this saves). --rollout-lag: the policy that sampled
+    (--lag-pi-old sampler, scored then: `stale_batch`), or the learner as the step finds it (decoupled PPO)."""
     if cfg.rollout_lag and cfg.lag_pi_old == "sampler":
-        return batch.behaviour_logp
-    return None if first_update_sees_every_row else logprobs_no_grad(pi_old, batch, loss_mask, cfg)
+        return batch.pi_old_logp
+    return PI_THETA_ITSELF if first_update_sees_every_row else logprobs_no_grad(pi_old, batch, loss_mask, cfg)
 
 
 def learner_temperature(cfg):
@@ -166,9 +192,7 @@ class Loss(NamedTuple):
 
 def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampler_logp=None):
     """The GRPO loss, to be minimised, on (B, T) token log-probs -> Loss:
-
         loss = -mean( clipped(pi / pi_old) * A )  +  beta * mean( KL(pi || pi_ref) )  [- alpha * mean(entropy)]
-
     loss_mask (B, T) marks the completion tokens; adv (B,); entropy (B, T) is for the entropy bonus.
     sampler_logp (B, T), what the sampler drew each token with, is for the off-policy corrections
     (section 5): --off-policy-mask drops answers (A = 0), --tis-cap weighs each token's policy-gradient term.
@@ -254,24 +278,16 @@ def clipped_objective(ratio, adv, eps_low, eps_high, dual_clip=0.0):
 
 
 def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=None):
-    """Estimators of KL(pi || pi_ref) from samples of pi (Schulman, "Approximating KL"):
-    (B, T) per token, or (B, 1) per sequence. logp, ref_logp (B, T), mask (B, T).
-
-    With log r = log pi_ref - log pi:
+    """Estimators of KL(pi || pi_ref) from samples of pi (Schulman, "Approximating KL"), (B, T) per token or
+    (B, 1) per sequence; with log r = log pi_ref - log pi:
       k1 = -log r                 unbiased, can be negative, high variance
       k2 = (log r)^2 / 2          biased, always >= 0
       k3 = r - 1 - log r          unbiased, always >= 0, low variance (GRPO's choice; r = safe_exp(log r))
-    "From samples of pi": the gradient of k1 is grad log pi, whose mean over samples of pi is zero. Over samples of
-    another distribution q (a sampler at a lower temperature, or top-p) it is not: minimising k1 then lowers log pi
-    where q draws, flattening pi.
-
-    level "sequence" (the book's 7_5_plus_kl.py): log pi and log pi_ref are summed over each answer's tokens first,
-    and the estimator sees one log r per answer. old_logp given (--kl-reweight, DeepSeek-V3.2): the tokens were
-    sampled from pi_old, not pi, so once updates go off-policy E_{pi_old}[k3] is the KL of the wrong policy, and its
-    gradient is biased. Weighting by the importance ratio at the same level fixes both:
-        E_{y ~ pi_old}[ (pi(y) / pi_old(y)) * k3(y) ] = E_{y ~ pi}[ k3(y) ] = KL(pi || pi_ref)
-    The ratio keeps its gradient (the estimate is a function of pi through both factors).
-    """
+    "From samples of pi": k1's gradient, grad log pi, averages to zero only there; over samples of another q
+    (a sharper sampler, top-p) minimising it lowers log pi where q draws, flattening pi. level "sequence" (the
+    book's 7_5_plus_kl.py): log pi and log pi_ref summed over each answer first, one log r an answer.
+    old_logp given (--kl-reweight, DeepSeek-V3.2): on pi_old's samples, weight by the ratio (with its gradient),
+        E_{y ~ pi_old}[ (pi(y) / pi_old(y)) * k3(y) ] = E_{y ~ pi}[ k3(y) ] = KL(pi || pi_ref)"""
     lp, ref = logp, ref_logp  # (B, T)
     if level == "sequence":
         lp, ref = (logp * mask).sum(1, keepdim=True), (ref_logp * mask).sum(1, keepdim=True)  # (B, 1) each
@@ -294,19 +310,13 @@ def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=Non
 
 
 def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
-    """Reduce a (B, T) per-token loss over the completion tokens (mask) to a scalar.
-
-    seq_mean:   mean over each sequence's tokens, then over sequences (GRPO); a token of a short answer
-                weighs more than one of a long answer.
-    token_mean: sum over all tokens / number of tokens (DAPO); every token weighs the same.
-    constant:   sum over all tokens / (B * max_len) (Dr. GRPO); no length normalisation at all, so
-                length carries no bias into the gradient.
-    bnpo, luspo: the field's (field_methods.aggregate): this process's tokens; each answer's mean times its length.
-    Each is a mean of a sum over this batch's rows, and under torchrun over every rank's rows (global_mean).
-
-    A per-sequence term (the gspo or sequence ratio's objective, the sequence-level KL: one value per answer,
-    broadcast over its tokens) is weighed once per answer only by seq_mean; token_mean and constant would count it
-    once per token, and cli.py refuses them."""
+    """Reduce a (B, T) per-token loss over the completion tokens (mask) to a scalar (over every rank's rows):
+    seq_mean:   each answer's mean over its tokens, then their mean (GRPO): a short answer's token weighs more;
+    token_mean: sum over all tokens / their number (DAPO): every token weighs the same;
+    constant:   sum over all tokens / (B * max_len) (Dr. GRPO): length carries no bias into the gradient;
+    bnpo, luspo: the field's (field_methods.aggregate).
+    A per-answer term (a sequence ratio's objective, the sequence-level KL) is weighed once an answer only by
+    seq_mean; the others would count it once a token, and cli.py refuses them."""
     mask = mask.to(token_loss.dtype)
     if mode == "seq_mean":
         return global_mean(sequence_mean(token_loss, mask).sum(), mask.shape[0])
@@ -326,9 +336,8 @@ def sequence_mean(x, mask):
 # ---------------------------------------------------------------- 4. the update
 
 def optimizer_step(model, opt, loss, max_grad_norm, update=1, updates=1):
-    """Backward, clip the gradient norm, step -> the norm before clipping. Raises FloatingPointError before
-    the step if the loss or the gradient is not finite, saying which of the step's updates it was: the ones
-    before it did change the weights."""
+    """Backward, hold the gradient's norm to max_grad_norm, step -> the norm before. A loss or gradient that is
+    not finite raises FloatingPointError before the step, naming the update (those before it did step)."""
     opt.zero_grad(set_to_none=True)
     loss.backward()  # under DDP: the gradients arrive averaged over the ranks
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
@@ -343,28 +352,21 @@ def optimizer_step(model, opt, loss, max_grad_norm, update=1, updates=1):
 # ---------------------------------------------------------------- 5. the variants with a function of their own
 
 def gdpo_advantages(terms, weights, G, norm="group"):
-    """GDPO (Liu et al. 2026), `--reward-norm norm_then_sum`: normalise each reward term within its
-    group first, then sum with the terms' weights and normalise the sum (the book's gdpo.py):
-
+    """GDPO (Liu et al. 2026), `--reward-norm norm_then_sum` (the book's gdpo.py): each reward term normalised
+    in its group first, then summed with its weight and normalised again,
         A = norm( sum_k w_k * (r_k - mean_group(r_k)) / (std_group(r_k) + eps) )
-
-    With one sum-then-normalise, a dense term (format, paid on most samples) sets the group's std and
-    drowns the sparse one (correctness); here each term gets its own scale first. A term that is
-    constant within a group contributes 0 there. terms: name -> (B,); weights: name -> float.
-    """
+    so a dense term (format) cannot set the group's std and drown a sparse one (correctness). terms: name ->
+    (B,); weights: name -> float; a term constant within a group gives 0 there."""
     total = sum(w * group_advantages(terms[k], G, "group") for k, w in weights.items() if w != 0)  # (B,)
     return group_advantages(total, G, norm)
 
 
 def book_objective(ratio, adv, eps_low, eps_high):
     """The book's clipped objective (7_4_plus_clip_ratio.py on), `--objective book`, maximised:
-
         torch.where(A >= 0, min(r A, clip(r) A), max(r A, clip(r) A))
-
-    For A >= 0 it is PPO's. For A < 0 the max of the two surrogates is A * min(r, clip(r)): it clips where r
-    has grown (r > 1+eps, a bad answer made likelier, exactly where PPO keeps the gradient) and never where r
-    has shrunk, the inverse of PPO. So for either sign the gradient stops only once r > 1+eps_high (with the
-    book's eps 10: r > 11). -> (surrogate, low, high) as clipped_objective; low never binds."""
+    For A < 0 the max is A * min(r, clip(r)): it clips where r has grown (a bad answer made likelier, where PPO
+    keeps the gradient), never where it shrank. So for either sign the gradient stops only once r > 1+eps_high
+    (the book's eps 10: r > 11). -> (surrogate, low, high) as clipped_objective; low never binds."""
     unclipped, clipped = ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv
     surr = torch.where(adv >= 0, torch.minimum(unclipped, clipped), torch.maximum(unclipped, clipped))
     high = (ratio > 1 + eps_high).expand_as(surr)
@@ -380,19 +382,18 @@ def cispo_objective(ratio, adv, logp, eps_low, eps_high):
 
 
 def stale_batch(policy, batch, zero_std, lagged, cfg, stats):
-    """--rollout-lag K, an asynchronous trainer (AReaL, PipelineRL): the step's new batch joins the queue
-    `lagged` (rollouts.lagged_batch) and the step trains on the one sampled K steps ago -> (that batch, its
-    zero_std); without a lag, the step's own. Which policy is then pi_old (--lag-pi-old):
-      sampler  the one that sampled the batch, its log-probs taken now, on the weights that sample: the PPO
-               ratio absorbs the staleness, and the sampler corrections see no gap (TRL's GRPOTrainer, which
-               takes the old log-probs at generation; verl's asynchronous recipes; PipelineRL);
-      learner  the learner as the step finds it (old_logprobs), the proximal policy of decoupled PPO (AReaL's
-               use_decoupled_loss; verl's and slime's defaults, which recompute the old log-probs), while the
-               stale sampler's log-probs reach only --tis-cap and --off-policy-mask."""
+    """--rollout-lag K, an asynchronous trainer: the step's new batch joins the queue `lagged`
+    (rollouts.lagged_batch) and the step trains on the one sampled K steps ago -> (that batch, its zero_std);
+    without a lag, the step's own. Which policy is then pi_old (--lag-pi-old; docs/design.md names the trainers
+    that do each):
+      sampler  the one that sampled the batch, scored now, on the weights that sample: the PPO ratio absorbs
+               the staleness, and the sampler corrections see no gap;
+      learner  the learner as the step finds it (old_logprobs), the proximal policy of decoupled PPO, while
+               the stale sampler's log-probs reach only --tis-cap and --off-policy-mask."""
     if not cfg.rollout_lag:
         return batch, zero_std
     if cfg.lag_pi_old == "sampler":
-        batch.behaviour_logp = logprobs_no_grad(policy, batch, batch.loss_mask, cfg)  # (B, T)
+        batch.pi_old_logp = logprobs_no_grad(policy, batch, batch.loss_mask, cfg)  # (B, T)
     return lagged_batch(batch, zero_std, lagged, cfg.rollout_lag, stats)
 
 
@@ -433,11 +434,8 @@ def kl_cov_penalty(logp, old_logp, A, mask, k):
 
 @torch.no_grad()
 def exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg):
-    """The KL term's target, summed over the whole vocabulary instead of estimated from the sampled
-    tokens: sum_v pi(v) (log pi(v) - log pi_ref(v)) at each sampled position (over an answer's
-    positions for --kl-level sequence), aggregated as the term is. A statistic (--exact-kl, logged as
-    kl_exact): kl_penalty's estimate matches it on samples of pi, on pi_old's only re-weighted. None
-    without --exact-kl or without a KL term."""
+    """--exact-kl's kl_exact: the KL term's target, sum_v pi(v) (log pi(v) - log pi_ref(v)) at each sampled
+    position (summed over an answer for --kl-level sequence), aggregated as the term is; None without it."""
     if not (cfg.exact_kl and cfg.kl > 0):
         return None
     m, support = loss_mask[rows], None if batch.support is None else batch.support[rows]  # (b, T), (b, T, V)

@@ -6,10 +6,11 @@
 samples. Its masks over the targets `tokens[:, 1:]` (which target is a completion token,
 `loss_mask`; the sampler's log-probs of each) are made here, once; logprobs.token_logprobs
 feeds `tokens[:, :-1]` to the model and scores those same targets.
-Then the row plumbing for grpo.py (keeping whole groups, stacking rounds of different
-lengths, splitting a batch into minibatches of groups), `sample_batch`, one step's
-rollouts with DAPO's dynamic sampling (keep only groups whose rewards differ), and at the
-end `lagged_batch`, the queue of an asynchronous trainer's batches (--rollout-lag).
+In the order grpo_step calls them: `sample_batch`, one step's rollouts with DAPO's dynamic
+sampling (keep only groups whose rewards differ); `rollout`, one round of them; the row
+plumbing (keeping whole groups, stacking rounds of different lengths, splitting a batch
+into minibatches of groups); `lagged_batch`, the queue of an asynchronous trainer's batches
+(--rollout-lag); and last the sampler's own weights (--sampler-dtype: bf16, 8-bit).
 """
 import copy
 from dataclasses import dataclass, fields
@@ -37,7 +38,32 @@ class Rollouts:
     texts: list                 # (B,) completion strings
     problems: list              # (B,) tasks.Problem of each row
     prompt_len: int             # P
-    behaviour_logp: torch.Tensor = None  # (B, T) pi_old's log-probs, taken when sampled; None unless --rollout-lag
+    pi_old_logp: torch.Tensor = None  # (B, T) the sampling policy scored as the learner scores, when it sampled:
+    #                                   pi_old under --rollout-lag --lag-pi-old sampler; else None
+
+
+def sample_batch(policy, enc, next_problems, n_prompts, cfg, generator):
+    """Rollouts for n_prompts prompts (under torchrun, this rank's share). With dynamic
+    sampling (DAPO), groups without reward variance are dropped and more prompts drawn,
+    up to max_sampling_rounds rounds. Returns (Rollouts, (n_groups_sampled,) bool: which
+    of all the groups sampled had zero reward std, kept or not).
+    """
+    G, parts, kept, zero_std_rounds = cfg.group_size, [], 0, []
+    for _ in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
+        part = rollout(policy, enc, [next_problems() for _ in range(n_prompts)], cfg, generator)
+        zero_std = zero_std_groups(part.rewards["total"], G)  # (n_prompts,)
+        zero_std_rounds.append(zero_std)
+        if not cfg.dynamic_sampling:
+            return part, zero_std
+        keep = ~zero_std & (torch.cumsum((~zero_std).long(), 0) <= n_prompts - kept)  # fill, no more
+        if keep.any():
+            parts.append(take_rows(part, group_rows(keep, G)))
+            kept += int(keep.sum())
+        if kept == n_prompts:
+            break
+    # Out of rounds: train on what was kept (a smaller batch); if nothing, on the last
+    # round as sampled (all advantages are zero then, only the KL term acts).
+    return concat_rollouts(parts or [part]), torch.cat(zero_std_rounds)
 
 
 def rollout(policy, enc, problems, cfg, generator):
@@ -45,7 +71,7 @@ def rollout(policy, enc, problems, cfg, generator):
     repeated = [p for p in problems for _ in range(cfg.group_size)]  # each prompt G times, adjacent
     prompts = [encode_prompt(enc, p.prompt) for p in repeated]
     stop = stop_tokens(enc)  # <|endoftext|>; for the reasoning Qwen3 <|im_end|> too
-    sampler = sampler_weights(policy, cfg.sampler_dtype)  # the policy itself, unless --sampler-dtype
+    sampler = sampler_model(policy, cfg.sampler_dtype)  # the policy itself, unless --sampler-dtype
     sampler.eval()
     tokens, mask, sampler_logp, sampler_entropy, support = generate(
         sampler, prompts, cfg.max_new_tokens, stop, cfg.temperature, cfg.top_k, cfg.top_p, generator,
@@ -62,37 +88,6 @@ def rollout(policy, enc, problems, cfg, generator):
                     truncated=~torch.isin(completion, torch.tensor(stop, device=completion.device)).any(1),
                     rewards={k: torch.tensor([s[k] for s in scores], device=tokens.device) for k in scores[0]},  # (B,)
                     texts=texts, problems=repeated, prompt_len=P)
-
-
-def sampler_weights(policy, dtype):
-    """The weights that draw the answers (--sampler-dtype), beside the fp32 learner: the policy
-    itself (float32); a copy rounded to bf16 (bfloat16: the sampler's log-probs differ from the
-    learner's by rounding alone, a KL of about 1e-5 here); or a copy whose every weight matrix is
-    fake-quantized to 8 bits per output channel and dequantized for the matmul (int8, fp8), as a
-    rollout engine with 8-bit weights beside a full-precision trainer (fp8 rollouts, FlashRL)."""
-    if dtype == "float32":
-        return policy
-    if dtype == "bfloat16":
-        return copy.deepcopy(policy).to(torch.bfloat16)
-    sampler = copy.deepcopy(policy)
-    with torch.no_grad():
-        for w in sampler.parameters():
-            if w.dim() == 2:  # embeddings, attention, MLP, LM head; not the norms' vectors
-                w.copy_(fake_quantize(w, dtype))
-    return sampler
-
-
-def fake_quantize(w, dtype):
-    """w (out, in) rounded as an 8-bit engine stores it: one absmax scale per output channel (row),
-    each value to int8 (-127..127) or fp8 e4m3 (|x| <= 448), then back to w's dtype."""
-    amax = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-12)  # (out, 1)
-    if dtype == "int8":
-        scale = amax / 127
-        return (w / scale).round().clamp(-127, 127) * scale
-    if dtype == "fp8":
-        scale = amax / 448
-        return (w / scale).to(torch.float8_e4m3fn).to(w.dtype) * scale
-    raise ValueError(f"unknown sampler dtype {dtype!r}")
 
 
 def take_rows(batch, rows):
@@ -160,36 +155,45 @@ def zero_std_groups(rewards, G):
     return (r == r[:, :1]).all(1)
 
 
-def sample_batch(policy, enc, next_problems, n_prompts, cfg, generator):
-    """Rollouts for n_prompts prompts (under torchrun, this rank's share). With dynamic
-    sampling (DAPO), groups without reward variance are dropped and more prompts drawn,
-    up to max_sampling_rounds rounds. Returns (Rollouts, (n_groups_sampled,) bool: which
-    of all the groups sampled had zero reward std, kept or not).
-    """
-    G, parts, kept, zero_std_rounds = cfg.group_size, [], 0, []
-    for _ in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
-        part = rollout(policy, enc, [next_problems() for _ in range(n_prompts)], cfg, generator)
-        zero_std = zero_std_groups(part.rewards["total"], G)  # (n_prompts,)
-        zero_std_rounds.append(zero_std)
-        if not cfg.dynamic_sampling:
-            return part, zero_std
-        keep = ~zero_std & (torch.cumsum((~zero_std).long(), 0) <= n_prompts - kept)  # fill, no more
-        if keep.any():
-            parts.append(take_rows(part, group_rows(keep, G)))
-            kept += int(keep.sum())
-        if kept == n_prompts:
-            break
-    # Out of rounds: train on what was kept (a smaller batch); if nothing, on the last
-    # round as sampled (all advantages are zero then, only the KL term acts).
-    return concat_rollouts(parts or [part]), torch.cat(zero_std_rounds)
-
-
 def lagged_batch(batch, zero_std, lagged, K, stats):
     """--rollout-lag K, an asynchronous trainer's rollouts: the step's new batch (with pi_old's log-probs,
-    behaviour_logp, taken on the weights that sampled it) joins the queue `lagged`, and the step trains on
+    pi_old_logp, taken on the weights that sampled it) joins the queue `lagged`, and the step trains on
     the batch sampled K steps ago (while the queue fills, the oldest it holds: lags 0, 1, .., K) -> (that
     batch, its zero_std). Each rank keeps its own queue."""
     lagged.append((batch, zero_std))
     lag = len(lagged) - 1  # steps since the oldest batch held was sampled
     stats.max("rollout_lag", lag)
     return lagged.popleft() if lag == K else lagged[0]
+
+
+# ---------------------------------------------------------------- the sampler's weights (--sampler-dtype)
+
+def sampler_model(policy, dtype):
+    """The weights that draw the answers (--sampler-dtype), beside the fp32 learner: the policy
+    itself (float32); a copy rounded to bf16 (bfloat16: the sampler's log-probs differ from the
+    learner's by rounding alone, a KL of about 1e-5 here); or a copy whose every weight matrix is
+    fake-quantized to 8 bits per output channel and dequantized for the matmul (int8, fp8), as a
+    rollout engine with 8-bit weights beside a full-precision trainer (fp8 rollouts, FlashRL)."""
+    if dtype == "float32":
+        return policy
+    if dtype == "bfloat16":
+        return copy.deepcopy(policy).to(torch.bfloat16)
+    sampler = copy.deepcopy(policy)
+    with torch.no_grad():
+        for w in sampler.parameters():
+            if w.dim() == 2:  # embeddings, attention, MLP, LM head; not the norms' vectors
+                w.copy_(fake_quantize(w, dtype))
+    return sampler
+
+
+def fake_quantize(w, dtype):
+    """w (out, in) rounded as an 8-bit engine stores it: one absmax scale per output channel (row),
+    each value to int8 (-127..127) or fp8 e4m3 (|x| <= 448), then back to w's dtype."""
+    amax = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-12)  # (out, 1)
+    if dtype == "int8":
+        scale = amax / 127
+        return (w / scale).round().clamp(-127, 127) * scale
+    if dtype == "fp8":
+        scale = amax / 448
+        return (w / scale).to(torch.float8_e4m3fn).to(w.dtype) * scale
+    raise ValueError(f"unknown sampler dtype {dtype!r}")

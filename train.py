@@ -69,9 +69,9 @@ def main(args):
     cfg = cli.grpo_config(args)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    policy, enc, extra = cli.load_policy(args, device)
+    policy, enc, init_ckpt = cli.load_policy(args, device)
     # before the run folder: a bad data file, or a cap the model cannot hold, leaves nothing
-    pool, evalset = cli.task_sets(args, enc, extra, log, getattr(policy.cfg, "max_seq_len", None))
+    pool, evalset = cli.task_sets(args, enc, init_ckpt, log, getattr(policy.cfg, "max_seq_len", None))
     # a frozen copy of the warm start; none at all when beta = 0
     ref_policy = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.kl > 0 else None
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
@@ -85,7 +85,7 @@ def main(args):
     if start_step == 0:
         # ln V, the most entropy a token can have: plots and tables say how near the learner gets
         record = {"step": 0, "time": 0.0, "ln_vocab": math.log(policy.lm_head_weight.shape[0])}
-        evaluate_and_save(policy, enc, evalset, args, device, run_dir, extra, 0, record, t_start)
+        evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, 0, record, t_start)
         if rank == 0:
             append_jsonl(metrics_path, record)
     gen = torch.Generator(device=device)
@@ -114,7 +114,7 @@ def main(args):
                        tokens_per_s=metrics["n_tokens"] / step_times[-1])
         log(format_line(step, args.steps, metrics, sum(step_times) / len(step_times)), flush=True)
         if step % args.eval_every == 0 or step == args.steps:  # every rank: each answers its share of the eval set
-            evaluate_and_save(policy, enc, evalset, args, device, run_dir, extra, step, metrics, t_start)
+            evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, step, metrics, t_start)
         if rank != 0:  # the statistics are global: rank 0 writes them, with its own samples
             continue
         if step % args.samples_every == 0 or step == 1:
@@ -122,7 +122,7 @@ def main(args):
         append_jsonl(metrics_path, metrics)
         if (step % args.save_every == 0 or step == args.steps) and not args.model:
             save_checkpoint(os.path.join(run_dir, "ckpt_latest.pt"), policy,
-                            {**extra, "optimizer": opt.state_dict(), "step": step, "args": vars(args),
+                            {**init_ckpt, "optimizer": opt.state_dict(), "step": step, "args": vars(args),
                              "processes": n_ranks, "time": metrics["time"],
                              **({"entropy_control": control} if cfg.adaptive_entropy else {})})
             saved_step = step
@@ -133,7 +133,7 @@ def main(args):
 
 # ---------------------------------------------------------------- evaluation and saving
 
-def evaluate_and_save(policy, enc, evalset, args, device, run_dir, extra, step, record, t_start):
+def evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, step, record, t_start):
     """Answer the held-out set greedily (and as --eval-sampled, --eval-pass-k ask), add the
     accuracies to record, write the answers and the weights (ckpt_step<N>.pt, or with --model
     a Hugging Face folder model_step<N>/), keep the --keep-checkpoints latest."""
@@ -165,7 +165,7 @@ def evaluate_and_save(policy, enc, evalset, args, device, run_dir, extra, step, 
     if args.model:  # a Hugging Face folder: loads back with --model
         save_pretrained(policy, os.path.join(run_dir, f"model_step{step}"), tokenizer_from=args.model)
     else:
-        save_checkpoint(os.path.join(run_dir, f"ckpt_step{step}.pt"), policy, extra)
+        save_checkpoint(os.path.join(run_dir, f"ckpt_step{step}.pt"), policy, init_ckpt)
     prune_saves(run_dir, args.keep_checkpoints)
 
 

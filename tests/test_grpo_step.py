@@ -494,3 +494,49 @@ def test_grpo_step_is_the_chapter_in_one_screen():
     function = ast.parse(source).body[0]
     body = source.splitlines()[function.body[1].lineno - 1:function.end_lineno]  # body[0] is the docstring
     assert len(body) <= 28, f"grpo_step's body is {len(body)} lines"
+
+
+def test_the_textbook_step_is_the_chapters_algorithm_in_about_20_lines():
+    import ast
+    import inspect
+    source = inspect.getsource(grpo.grpo_step_textbook)
+    function = ast.parse(source).body[0]
+    body = source.splitlines()[function.body[1].lineno - 1:function.end_lineno]  # body[0] is the docstring
+    assert len(body) <= 22, f"grpo_step_textbook's body is {len(body)} lines"
+
+
+@pytest.mark.parametrize("kl", [0.0, 0.1])
+def test_the_textbook_step_and_grpo_step_leave_the_same_weights_and_loss(warm_policy, kl):
+    """At the default flags (two updates on one rollout, PPO's clip, each answer's token mean; with --kl, k3 to a
+    reference that differs from the policy) one step of each, from the same weights and the same random state,
+    leaves the same parameters and the same loss: grpo_step is the textbook step with its switches off. SGD, so
+    that float rounding between the kernels and the textbook log-softmax stays rounding (Adam's first step is
+    lr * sign(grad), which a gradient of rounding noise could flip)."""
+    cfg = GRPOConfig(kl=kl)
+    assert (cfg.mu, cfg.minibatches, cfg.loss_agg, cfg.objective) == (2, 1, "seq_mean", "ppo")  # the defaults
+    ref, _ = warm_policy()
+    with torch.no_grad():
+        for p in ref.parameters():  # a reference other than the policy, so the KL term acts
+            p.add_(0.02 * torch.randn_like(p))
+    results = []
+    for step in (grpo.grpo_step_textbook, grpo.grpo_step):
+        model, enc = warm_policy()
+        stream = tasks.problems("easy", 3)
+        losses = []
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        real = grpo.optimizer_step
+
+        def record(m, o, loss, *a):
+            losses.append(loss.item())
+            return real(m, o, loss, *a)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(grpo, "optimizer_step", record)
+            out = step(model, ref if kl else None, opt, enc, lambda: next(stream), 6, cfg, torch.Generator().manual_seed(7))
+        loss = out.item() if torch.is_tensor(out) else losses[-1]
+        results.append((loss, [p.detach().clone() for p in model.parameters()]))
+    (loss_a, params_a), (loss_b, params_b) = results
+    moved = max((a - b).abs().max().item() for a, b in zip(params_a, warm_policy()[0].parameters()))
+    assert moved > 1e-3  # the step changed the weights
+    assert loss_a == pytest.approx(loss_b, rel=1e-5, abs=1e-7)
+    for a, b in zip(params_a, params_b):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

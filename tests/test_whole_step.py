@@ -640,7 +640,7 @@ def test_rollout_lag_trains_on_the_batch_sampled_k_steps_ago_with_the_policy_tha
         assert b.problems[::4] == s.drawn and b.rewards["total"].tolist() == TABLE
         m = completion(b)
         torch.testing.assert_close(b.sampler_logp[m].double(), logprobs(s.before, b)[m], rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(b.behaviour_logp[m].double(), logprobs(s.before, b)[m], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(b.pi_old_logp[m].double(), logprobs(s.before, b)[m], rtol=1e-4, atol=1e-5)
         assert len(s.passes) == 1 and s.passes[0][1] is b  # one no-grad pass a step: the new batch's, as drawn
     on = run(*warm_policy(), GRPOConfig(**BASE))  # the flag off, from the same start: step 1 as it is on-policy
     assert steps[0].batch is sampled[0] and torch.equal(on.batch.tokens, sampled[0].tokens)
@@ -661,7 +661,7 @@ def test_lag_pi_old_learner_makes_pi_old_the_learner_at_the_step_and_the_tis_wei
     """--rollout-lag 1 --lag-pi-old learner (decoupled PPO, AReaL): steps 2 and 3 train on the batch of the step
     before, but pi_old is the learner as the step found it, so the first update's ratio is 1 (its own forward),
     while each token's TIS weight is min(pi_old / pi_sampler, C) against the stale sampler that drew it, and the
-    sampler's weights are never scored again (no behaviour_logp)."""
+    sampler's weights are never scored again (no pi_old_logp)."""
     model, enc = warm_policy()
     cfg, opt = GRPOConfig(**BASE, rollout_lag=1, lag_pi_old="learner", tis_cap=2.0), \
         torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -669,7 +669,7 @@ def test_lag_pi_old_learner_makes_pi_old_the_learner_at_the_step_and_the_tis_wei
     for seed in (1, 2, 3):
         steps.append(run(model, enc, cfg, seed=seed, opt=opt, lagged=lagged))
         sampled.append(lagged[-1][0])
-    assert all(b.behaviour_logp is None for b in sampled) and all(not s.passes for s in steps)
+    assert all(b.pi_old_logp is None for b in sampled) and all(not s.passes for s in steps)
     for before, s, trained in zip(steps, steps[1:], sampled):
         u, m = s.updates[0], completion(trained)
         assert s.batch is trained and u.batch is trained
