@@ -528,6 +528,18 @@ def test_edited_runs_are_drawn_beside_the_unmodified_code_and_the_figure_says_wh
             capsys.readouterr().out
 
 
+def test_the_shipped_reference_runs_are_the_default_experiments_flags_of_a_commits_unedited_code():
+    """reference/default/seed<k>: what a learner who edits before running anything is shown beside their edit."""
+    seeds = plot.seed_folders(os.path.join(experiments.REFERENCE, "default"))
+    assert [os.path.basename(s) for s in seeds] == ["seed0", "seed1", "seed2"]
+    for folder in seeds:
+        with open(os.path.join(folder, "config.json")) as f:
+            config = json.load(f)
+        run = experiments.plan(["default"], [int(folder[-1])], "runs/exp")[0]
+        assert experiments.flags_that_differ(config, run.args) == [] and config["code"]["edited"] == []
+        assert experiments.last_step(folder) == run.args.steps
+
+
 def test_the_table_ends_without_blank_lines_where_a_part_has_no_runs(tmp_path):
     write_run(tmp_path / "default" / "seed0", [0.25, 0.75, 0.7])
     text = report.table(str(tmp_path))
