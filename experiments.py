@@ -45,9 +45,9 @@ from typing import NamedTuple
 import torch
 
 import cli
-import plot
 import provenance
 import report
+import run_folders
 from report import LESSONS
 
 COMMON = ["--steps", "100", "--eval-every", "10"]
@@ -688,7 +688,7 @@ def figures(runs_dir, out_dir, names):
     """Draw each comparison that sets one of the experiments named beside another that has runs in runs_dir,
     into out_dir/exp_<comparison>.png; if none does, one figure of the named experiments themselves (at most
     4, exp_<first>_and_more.png) -> the paths drawn."""
-    found = lambda members: [n for n in members if plot.seed_folders(os.path.join(runs_dir, n))]  # noqa: E731
+    found = lambda members: [n for n in members if run_folders.seed_folders(os.path.join(runs_dir, n))]  # noqa: E731
     todo = {f"exp_{fig}.png": (found(members), metrics) for fig, (members, metrics) in COMPARISONS.items()
             if set(members) & set(names) and len(found(members)) >= 2}
     if not todo and found(names):
@@ -712,7 +712,7 @@ def beside_figures(runs_dir, out_dir, names, label, edited):
     out_dir/exp_NAME+LABEL.png, the figure saying where each came from -> the paths drawn."""
     drawn = []
     for name in names:
-        mine = plot.seed_folders(os.path.join(runs_dir, f"{name}+{label}"))
+        mine = run_folders.seed_folders(os.path.join(runs_dir, f"{name}+{label}"))
         if not mine:
             continue
         base, where = unmodified_runs(runs_dir, name)
@@ -735,7 +735,7 @@ def unmodified_runs(runs_dir, name):
     own in runs_dir/NAME, else the shipped reference/NAME; ([], '') without either."""
     for folder, whose in ((os.path.join(runs_dir, name), "your runs"), (os.path.join(REFERENCE, name), "shipped runs")):
         found = []
-        for seed in plot.seed_folders(folder):
+        for seed in run_folders.seed_folders(folder):
             with open(os.path.join(seed, "config.json")) as f:
                 config = json.load(f)
             if (config.get("code") or {}).get("edited") == []:
@@ -760,7 +760,7 @@ def records_of(runs_dir, roundings=("plain",)):
     code, not finished) is left out, and said on stderr with why."""
     records = []
     for rounding, name in ((rounding, name) for rounding in roundings for name in EXPERIMENTS):
-        for folder in plot.seed_folders(os.path.join(provenance.rounding_dir(runs_dir, rounding), name)):
+        for folder in run_folders.seed_folders(os.path.join(provenance.rounding_dir(runs_dir, rounding), name)):
             seed = int(os.path.basename(folder)[4:])
             run = plan([name], [seed], runs_dir, roundings=[rounding])[0]
             what, detail = state(run)

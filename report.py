@@ -19,8 +19,8 @@ import math
 import os
 import re
 
-import plot
 import provenance
+import run_folders
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(ROOT, "results.jsonl")
@@ -281,8 +281,8 @@ def run_summary(rows):
     out["reward_peak50"] = reward50[peak_at] if reward50 else float("nan")
     out["reward_low_after_peak"] = min(reward50[peak_at:]) if reward50 else float("nan")
     out["reward_format_end"] = mean(r.get("reward_format") for r in steps[-20:])
-    out["bonus"] = mean(r["reward"] - r["reward_correct"] for r in steps if plot.is_number(r.get("reward"))
-                        and plot.is_number(r.get("reward_correct")))  # what the reward pays beyond correctness
+    out["bonus"] = mean(r["reward"] - r["reward_correct"] for r in steps if run_folders.is_number(r.get("reward"))
+                        and run_folders.is_number(r.get("reward_correct")))  # what the reward pays beyond correctness
     # each fix's own metric (FIXES): means over the run, or over its second half where a trend builds up
     for key in ("signal_groups", "adv_correct_corr", "truncated_frac", "pg_k1", "sampler_kl_k3", "grad_norm_max",
                 "zero_std_frac", "tis_weight_mean", "ppo_kl", "clip_high_lowp_frac", "neg_ratio_above_3",
@@ -291,14 +291,14 @@ def run_summary(rows):
     out["early_logratio_std_token"] = mean(r.get("logratio_std_token") for r in head)
     out["late_resp_len_wrong"] = mean(r.get("resp_len_wrong") for r in steps[len(steps) // 2:])
     errors = [(r["kl"] - r["kl_exact"]) / r["kl_exact"] for r in steps
-              if plot.is_number(r.get("kl")) and plot.is_number(r.get("kl_exact")) and r["kl_exact"] > 0]
+              if run_folders.is_number(r.get("kl")) and run_folders.is_number(r.get("kl_exact")) and r["kl_exact"] > 0]
     # the KL term's estimate against its exact value (--exact-kl): its bias over the run (what
     # re-weighting removes), and its error step by step (the bias and the noise together)
     out["kl_bias"] = abs(mean(errors))
     out["kl_error"] = mean(abs(e) for e in errors)
     # diversity (--eval-pass-n): the different right answers a held-out problem's N samples give, at the first
     # and the last evaluation, and their fall between: a policy settling on one right answer a problem
-    distinct = [r["eval_distinct"] for r in rows if plot.is_number(r.get("eval_distinct"))]
+    distinct = [r["eval_distinct"] for r in rows if run_folders.is_number(r.get("eval_distinct"))]
     out["distinct_start"], out["distinct_final"] = (distinct[0], distinct[-1]) if distinct else (float("nan"),) * 2
     out["distinct_fall"] = out["distinct_start"] - out["distinct_final"]
     # the aha moment: the first step whose 3-step mean of the reasoned share (format check) reaches one half
@@ -307,7 +307,7 @@ def run_summary(rows):
     out["drop"] = out["peak"] - out["final"] if evals else float("nan")
     # the steps whose largest gradient norm, before clipping, passed the default --max-grad-norm 1: the spikes
     # the clip hides from the update
-    spikes = [r["grad_norm_max"] > 1.0 for r in steps if plot.is_number(r.get("grad_norm_max"))]
+    spikes = [r["grad_norm_max"] > 1.0 for r in steps if run_folders.is_number(r.get("grad_norm_max"))]
     out["clipped_steps"] = sum(spikes) / len(spikes) if spikes else float("nan")
     out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
     out["moves"] = first_moves(rows)
@@ -316,9 +316,9 @@ def run_summary(rows):
 
 def trailing_means(rows, key, window=20):
     """(steps, means): the trailing `window`-step mean of a metric at each step it was logged
-    (over fewer steps before the window-th), by plot.moving_average."""
-    steps, values = plot.series([r for r in rows if r.get("step", 0) > 0], key)
-    return steps.astype(int).tolist(), plot.moving_average(values, window=window).tolist()
+    (over fewer steps before the window-th), by run_folders.moving_average."""
+    steps, values = run_folders.series([r for r in rows if r.get("step", 0) > 0], key)
+    return steps.astype(int).tolist(), run_folders.moving_average(values, window=window).tolist()
 
 
 def highest_trailing_mean(rows, key, window=20):
@@ -341,7 +341,7 @@ def first_moves(rows, window=20):
     peak_step, peak = max(evals, key=lambda e: e[1])
     out = {"eval_acc": next((s for s, a in evals if s > peak_step and a <= peak - 0.10), None)}
     for key, factor in MOVERS:
-        absolute = [{"step": r["step"], key: abs(r[key])} for r in rows if plot.is_number(r.get(key))]
+        absolute = [{"step": r["step"], key: abs(r[key])} for r in rows if run_folders.is_number(r.get(key))]
         trailing = list(zip(*trailing_means(absolute, key, window)))  # [(step, mean)]
         at_peak = [m for s, m in trailing if s <= peak_step]
         ref = at_peak[-1] if at_peak else None
@@ -353,7 +353,7 @@ def metric_profile(rows):
     """{metric: [first, last, lowest, highest]} of every number a run logs (docs/metrics.md's healthy values,
     from the default run): for a per-step metric the means of its first and of its last 10 steps, for an
     evaluation (eval_*) its value at the first and at the last evaluation."""
-    keys = sorted({k for r in rows for k, v in r.items() if plot.is_number(v)} - {"step"})
+    keys = sorted({k for r in rows for k, v in r.items() if run_folders.is_number(v)} - {"step"})
     out = {}
     for key in keys:
         values = finite(r.get(key) for r in rows if key.startswith("eval_") or r.get("step", 0) > 0 or key == "ln_vocab")
@@ -364,16 +364,16 @@ def metric_profile(rows):
 
 
 def summaries_from_runs(runs_dir, names=None):
-    """{experiment: {"seed<k>": run_summary}} of the seed folders (plot.seed_folders) under runs_dir, for the
+    """{experiment: {"seed<k>": run_summary}} of the seed folders (run_folders.seed_folders) under runs_dir, for the
     experiments named (default: every folder there, sorted). A cut or corrupt metrics line is skipped, and
-    plot.read_metrics says so on stderr."""
+    run_folders.read_metrics says so on stderr."""
     if names is None:
         names = sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []
     out = {}
     for name in names:
-        dirs = plot.seed_folders(os.path.join(runs_dir, name))
+        dirs = run_folders.seed_folders(os.path.join(runs_dir, name))
         if dirs:
-            out[name] = {os.path.basename(d): run_summary(plot.read_metrics(os.path.join(d, "metrics.jsonl")))
+            out[name] = {os.path.basename(d): run_summary(run_folders.read_metrics(os.path.join(d, "metrics.jsonl")))
                          for d in dirs}
     return out
 
@@ -587,7 +587,7 @@ def run_record(name, seed, folder, flags, profiled=False):
     with profiled, every logged metric's first / last 10 steps, lowest and highest too."""
     with open(os.path.join(folder, "config.json")) as f:
         config = json.load(f)
-    rows = plot.read_metrics(os.path.join(folder, "metrics.jsonl"))
+    rows = run_folders.read_metrics(os.path.join(folder, "metrics.jsonl"))
     record = {"experiment": name, "seed": seed, "rounding": rounding_of(config), "threads": config.get("threads", 1),
               "flags": " ".join(flags), "commit": config.get("commit"), "machine": config.get("machine"),
               "summary": round_numbers(run_summary(rows))}
@@ -691,7 +691,7 @@ def check_runs(records, runs_dir, roundings=None):
             edited = (config.get("code") or {}).get("edited")
             if edited:
                 lines.append(f"{name}: ran with {', '.join(edited)} edited, not commit {config.get('commit')}'s code")
-            found = round_numbers(run_summary(plot.read_metrics(os.path.join(folder, "metrics.jsonl"))))
+            found = round_numbers(run_summary(run_folders.read_metrics(os.path.join(folder, "metrics.jsonl"))))
             if config.get("machine") != r.get("machine") or rounding != r["rounding"]:
                 other.append((r, found, config, rounding))
                 continue

@@ -14,8 +14,9 @@ import pytest
 
 import cli
 import experiments
-import report
 import plot
+import report
+import run_folders
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,11 +93,11 @@ def test_table_is_mean_and_std_over_seeds(tmp_path):
     assert cells[5] == "0.775 ± 0.000" and cells[7] == "25.5 ± 0.0" and cells[-1] == "2.0 ± 0.0"  # reward and length of the last 10 steps
 
 
-def test_the_table_and_the_figures_find_seeds_by_plots_one_rule(tmp_path, monkeypatch):
-    """experiments.py has no rule of its own for seed folders: what plot.seed_folders names is what it reads."""
+def test_the_table_and_the_figures_find_seeds_by_one_rule(tmp_path, monkeypatch):
+    """experiments.py has no rule of its own for seed folders: what run_folders.seed_folders names is what it reads."""
     for name in ("default/seed0", "default/seed1", "default/run_a", "onpolicy/run_a"):
         write_run(tmp_path / name, [0.25, 0.75, 0.7])
-    monkeypatch.setattr(plot, "seed_folders", lambda folder: [os.path.join(folder, "run_a")]
+    monkeypatch.setattr(run_folders, "seed_folders", lambda folder: [os.path.join(folder, "run_a")]
                         if os.path.isdir(os.path.join(folder, "run_a")) else [])  # a rule other than seed<k>
     table = report.table(str(tmp_path)).splitlines()
     assert [l.split("|")[1:3] for l in table if l.startswith(("| default", "| onpolicy"))] == \
@@ -381,7 +382,7 @@ def test_a_folder_with_other_flags_is_refused_naming_them_and_rerun_moves_it_asi
     (aside,) = [d for d in os.listdir(run.parent) if d.startswith("seed0.replaced-")]
     assert (run.parent / aside / "metrics.jsonl").read_bytes() == metrics  # the old run, kept
     assert [r["step"] for r in metrics_without_time(run / "metrics.jsonl")] == [0, 1, 2, 3]
-    assert [os.path.basename(d) for d in plot.seed_folders(str(run.parent))] == ["seed0"]  # the aside is not a seed
+    assert [os.path.basename(d) for d in run_folders.seed_folders(str(run.parent))] == ["seed0"]  # the aside is not a seed
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -39,6 +39,13 @@ def test_the_recorded_runs_are_one_code_on_one_machine_under_its_roundings():
     assert {r["experiment"] for r in records if r["rounding"] != "plain"} <= lessons | set(report.LESSONS["naive_kl_reuse"][0])
 
 
+def test_report_reads_runs_without_importing_matplotlib():
+    """report.py reads metrics files through run_folders.py: importing it, in a fresh process, loads no plotting."""
+    out = subprocess.run([sys.executable, "-c", "import sys, report; print('matplotlib' in sys.modules)"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == "False\n", out.stderr
+
+
 def copy_pages(tmp_path):
     for page in report.PAGES:
         os.makedirs(tmp_path / os.path.dirname(page), exist_ok=True)
