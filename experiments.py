@@ -13,20 +13,22 @@ Edit a line of grpo.py and type the same command: the edited code runs into runs
 and is drawn beside the experiment's runs of the unmodified code (yours, or the shipped ones in
 reference/), never taken for them. `--label NAME` names such runs yourself (NAME+LABEL).
 
-Each experiment is a list of train.py flags on top of COMMON (a flag given again in the
-experiment replaces COMMON's), run as `python train.py ...` in a subprocess, so what --list
-prints is exactly what you would type; `default` is `python train.py` itself. A suite continues
-as `make` does: a run already finished with the same flags and code is skipped, an interrupted
-one resumes from its last checkpoint (exactly: train.py's --resume), a folder that holds a run
-with other flags, other code or another rounding is refused (--rerun moves it aside), and each
-run's train.log is appended to. So a suite stopped at any moment, Ctrl-C or kill -9, is finished
-by typing its command again.
+Each experiment is a list of train.py flags on top of COMMON (both in lessons.py, beside the
+lessons, fixes and variants that run them; a flag given again in the experiment replaces
+COMMON's), run as `python train.py ...` in a subprocess, so what --list prints is exactly what
+you would type; `default` is `python train.py` itself. A suite continues as `make` does: a run
+already finished with the same flags and code is skipped, an interrupted one resumes from its
+last checkpoint (exactly: train.py's --resume), a folder that holds a run with other flags,
+other code or another rounding is refused (--rerun moves it aside), and each run's train.log is
+appended to. So a suite stopped at any moment, Ctrl-C or kill -9, is finished by typing its
+command again.
 
 Each question gets one figure (COMPARISONS), the mean over seeds with a min..max band, drawn
 for the experiments named into runs/exp/figures/ (--figures figures re-draws the shipped ones).
 `--jobs 2` runs two runs side by side, one CPU thread each; `--nproc 2` runs each under
 torchrun on two processes instead. What the runs say (the lessons, the fixes, the tables and
-results.jsonl, which the pages' tables are written from) is report.py's.
+results.jsonl, which the pages' tables are written from) is report.py's; what each lesson, fix
+and variant runs and the check that judges it, lessons.py's.
 
 The lessons run the book's own algorithm (`--recipe book`, one prompt per step, 500 steps as
 the chapter's runs); the comparisons of GRPO's variants run our default (16 prompts per step,
@@ -45,190 +47,11 @@ from typing import NamedTuple
 import torch
 
 import cli
-import plot
+import lessons
 import provenance
 import report
-from report import LESSONS
+import run_folders
 
-COMMON = ["--steps", "100", "--eval-every", "10"]
-BOOK_LENGTH = ["--steps", "500", "--eval-every", "50"]  # as long as the book's runs
-BOOK = ["--recipe", "book", *BOOK_LENGTH]  # the book's regime
-# the runaway's task: three searches in four, whose failures run long, from a warm start that keeps a
-# base model's tail (sft.py --label-smoothing 0.2); evaluated on the chains of medium, as everything else here
-SEARCH = ["--level", "medium_search", "--eval-level", "medium", "--init", "checkpoints/warmstart_search.pt"]
-RUNAWAY = [*BOOK, *SEARCH, "--eval-sampled"]  # the book's regime on it, sampled held-out answers scored too
-# reasoning that pays but is rare: 0.7% of the warm start's sampled answers open <think> (its reasoned answers are
-# 78% right, its direct ones 27%), and 16 updates a rollout, each answer seen in 8 of them (DAPO, MiniMax-M1: 16)
-RARE = ["--init", "checkpoints/warmstart_rare.pt", "--mu", "8", "--minibatches", "2", "--steps", "30"]
-# stale negatives: an asynchronous trainer's lag, 4 steps, at 3x the default learning rate, so the answers a step
-# trains on were sampled by a policy 4 updates of 3e-4 back
-LAG = ["--rollout-lag", "4", "--lr", "3e-4", "--steps", "60"]
-# diversity: inequalities with 2-6 right digits (tasks.py), from a warm start whose 16 samples of a held-out problem
-# give 3.1 different right digits; 16 updates a rollout settle each problem on fewer. pass@8 from 16 answers a problem
-# and the different right answers among them (--eval-pass-n) at each evaluation
-MANY = ["--level", "medium_many", "--eval-level", "many", "--init", "checkpoints/warmstart_many.pt", "--mu", "4",
-        "--minibatches", "4", "--steps", "40", "--eval-every", "20", "--eval-pass-k", "8", "--eval-pass-n", "16"]
-KL_REUSE = ["--kl", "0.5", "--mu", "4", "--minibatches", "4", "--exact-kl"]  # a strong KL on pi_old's samples, and
-# its exact value beside it
-EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
-    # our default regime: GRPO's variants, each against the default
-    "default": ([], "python train.py's own settings, nothing added: the clipped ratio at eps 0.2, two updates a "
-                    "rollout, no KL"),
-    "onpolicy": (["--mu", "1"], "one update a rollout: the ratio is 1, the clip has nothing to do"),
-    "kl_k3": (["--kl", "1.0", "--kl-estimator", "k3"], "KL to the warm start, k3 per token, beta 1"),
-    "kl_naive": (["--kl", "1.0", "--kl-estimator", "k1", "--kl-level", "sequence"],
-                 "the book's naive KL (k1 on summed log-probs, beta 1), sampler = learner"),
-    "format": (["--format-weight", "0.5"], "reward = correct + 0.5 * format"),
-    "format_gated": (["--format-weight", "0.5", "--gated"], "format bonus only for correct answers"),
-    "format_gdpo": (["--format-weight", "0.5", "--reward-norm", "norm_then_sum"],
-                    "format bonus 0.5, each reward term normalised in its group first (GDPO)"),
-    "dapo": (["--recipe", "dapo"], "DAPO: clip-higher, token-mean loss, dynamic sampling, overlong penalty"),
-    "drgrpo": (["--recipe", "drgrpo"], "Dr. GRPO: no std normalisation, constant normaliser"),
-    "gspo": (["--recipe", "gspo"], "GSPO: length-normalised sequence ratio, eps 3e-4 / 4e-4"),
-    "cispo": (["--recipe", "cispo"], "CISPO: clipped importance weights, every token keeps a gradient"),
-    "topp": (["--top-p", "0.9"], "nucleus sampling: the sampler drops the tail the learner still has"),
-    "topp_tis": (["--top-p", "0.9", "--tis-cap", "2"], "... with truncated importance sampling, C = 2"),
-    "topp_keepmask": (["--top-p", "0.9", "--keep-sampling-mask"], "... with the learner on the sampler's support"),
-    "entropy_bonus": (["--entropy-coef", "0.02"], "an entropy bonus, alpha 0.02"),
-    "adv_clip": (["--adv-clip", "1"], "each advantage clamped to [-1, 1]: a lone right answer weighs 1, not 2.47 "
-                                       "(docs/adding_a_variant.md builds it)"),
-    # a stress regime for what the book regime does not show here: the format bonus farmed
-    "format_tight": (["--format-weight", "1.0", "--max-new-tokens", "26", "--steps", "200", "--eval-every", "20"],
-                     "a format bonus worth a right answer; 26 tokens do not fit every 3-step reasoning"),
-    "format_tight_gated": (["--format-weight", "1.0", "--max-new-tokens", "26", "--steps", "200", "--eval-every", "20",
-                            "--gated"], "the same bonus paid only for right answers"),
-    # the book's regime (grpo.RECIPES["book"]): the chapter's lessons
-    "book_kl": (BOOK, "the book's 7_5_plus_kl.py: sampled at T 0.8 / top-p 0.9, scored at T 1, k1 KL"),
-    "book_kl_beta002": ([*BOOK, "--kl", "0.02"], "... at beta 0.02, the chapter's original GRPO's"),
-    "book_kl_matched": ([*BOOK, "--learner-temperature", "0.8"], "... the learner at the sampler's temperature"),
-    "book_kl_keepmask": ([*BOOK, "--learner-temperature", "0.8", "--keep-sampling-mask"],
-                         "... and on the sampler's top-p support: learner = sampler"),
-    "book_kl_k3": ([*BOOK, "--kl-estimator", "k3", "--kl-level", "token"], "... with k3 per token instead of k1"),
-    "book_kl_onpolicy": ([*BOOK, "--mu", "1"], "the book's original GRPO: one update per step, k1 KL"),
-    "book_nokl": ([*BOOK, "--kl", "0"], "the book's 7_4_plus_clip_ratio.py: no KL"),
-    "book_onpolicy": ([*BOOK, "--kl", "0", "--mu", "1"], "the book's 7_3_plus_tracking.py: one update, no KL, no clip"),
-    "book_noclip": ([*BOOK, "--kl", "0", "--mu", "4", "--clip", "inf"],
-                    "4 inner epochs sampled from the frozen copy, no clipping: far off-policy"),
-    "book_clip10": ([*BOOK, "--kl", "0", "--mu", "4"], "... with the book's own clip (eps 10, the torch.where form)"),
-    "book_ppo_clip": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "ppo", "--ratio-level", "token", "--clip", "0.2"],
-                      "... with PPO's clip at 0.2 per token instead"),
-    "book_token_noclip": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "ppo", "--ratio-level", "token", "--clip", "inf"],
-                          "... the ratio per token, but no clip: which of the two changes rescues"),
-    # the book's 7_7_improvements/ scripts: its algorithm plus the closing list's items (config.RECIPES)
-    "olmo3": (["--recipe", "olmo3", *BOOK_LENGTH], "the book's olmo3_style.py: 7_5 with items 1-7"),
-    "deepseek_v32": (["--recipe", "deepseek_v32", *BOOK_LENGTH], "the book's deepseek_v32_style.py: 7_5 with items 8-12"),
-    "book_format": ([*BOOK, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight", "1"],
-                    "the book's 7_6_plus_format_reward.py: <think> before </think> is worth a right answer"),
-    "book_format_gated": ([*BOOK, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight", "1", "--gated"],
-                          "... the bonus paid only for right answers"),
-    # the runaway (RUNAWAY): the book's 7_3 blows up; what removes it
-    "book_runaway": ([*RUNAWAY, "--kl", "0", "--mu", "1"],
-                     "the book's 7_3_plus_tracking.py (one update, no KL, no clip) on the runaway's task"),
-    "book_runaway_keepmask": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--learner-temperature", "0.8",
-                               "--keep-sampling-mask"], "... the learner on the sampler's T 0.8 and top-p support"),
-    "book_runaway_T1": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--temperature", "1", "--top-p", "1"],
-                        "... the sampler at the learner's T 1, no top-p"),
-    "book_runaway_chains": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--level", "medium"],
-                            "... on chains alone: no long failed searches"),
-    "book_runaway_token": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--ratio-level", "token", "--objective", "ppo"],
-                           "... each answer's log-probs averaged over its tokens, not summed"),
-    "book_runaway_k3": ([*RUNAWAY, "--kl", "0.1", "--kl-estimator", "k3", "--kl-level", "token", "--mu", "1"],
-                        "... with a KL to the warm start, k3 per token, beta 0.1"),
-    "book_runaway_lowlr": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--lr", "3e-5"], "... at lr 3e-5"),
-    "book_runaway_noclip": ([*RUNAWAY, "--kl", "0", "--mu", "4", "--clip", "inf"],
-                            "4 inner epochs from the frozen copy, no clip, on the runaway's task"),
-    "book_runaway_ppo_clip": ([*RUNAWAY, "--kl", "0", "--mu", "4", "--objective", "ppo", "--ratio-level", "token",
-                               "--clip", "0.2"], "... with PPO's clip at 0.2 per token"),
-    "book_runaway_format": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight", "1"],
-                            "the book's 7_6 format bonus on the runaway's task"),
-    "book_runaway_format_gated": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight",
-                                   "1", "--gated"], "... the bonus paid only for right answers"),
-    # the closing list's fixes (FIXES): each where its failure happens, beside the same run without it
-    "ds4": (["--prompts-per-step", "4"], "the default at 4 prompts a step: whole steps of groups with no signal"),
-    "ds4_dynamic": (["--prompts-per-step", "4", "--dynamic-sampling"], "... with dynamic sampling"),
-    "search": (SEARCH, "the default on the runaway's task: failed searches run long"),
-    "search_token": ([*SEARCH, "--loss-agg", "token_mean"], "... with a token-level loss"),
-    "search_drgrpo": ([*SEARCH, "--loss-agg", "constant", "--adv-norm", "none"],
-                      "... with Dr. GRPO's constant normaliser and no std"),
-    "search_dropout": ([*SEARCH, "--dropout", "0.1", "--steps", "60"], "... with dropout 0.1 in the learner's "
-                       "forwards and none in the sampler's (a misconfiguration TRL turns dropout off for): a noisy "
-                       "token ratio; 60 steps, by which the sampler's entropy has parted from GSPO's in every seed"),
-    "search_dropout_gspo": ([*SEARCH, "--dropout", "0.1", "--steps", "60", "--ratio-level", "gspo", "--clip",
-                             "3e-4", "--clip-high", "4e-4"],
-                            "... and GSPO's length-normalised sequence ratio, at its clip range"),
-    "book_runaway_overlong": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--overlong-cache", "8"],
-                              "the runaway with DAPO's overlong penalty over the last 8 tokens"),
-    "book_runaway_keepmask_T1": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--keep-sampling-mask"],
-                                 "the runaway with the learner on the sampler's support (its T stays 1)"),
-    "book_runaway_temperature": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--top-p", "1"],
-                                 "the runaway with the sampler at T 0.8 and no top-p: every token stays reachable"),
-    "book_runaway_temperature_tis": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--top-p", "1", "--tis-cap", "2"],
-                                     "... with truncated importance sampling, C = 2"),
-    "kl_reuse": ([*KL_REUSE, "--loss-agg", "token_mean", "--steps", "50"],
-                 "a strong k3 KL on 16 updates a rollout, its exact value logged beside (token mean: see "
-                 "kl_reuse_seq); 50 steps"),
-    "kl_reuse_reweight": ([*KL_REUSE, "--loss-agg", "token_mean", "--steps", "50", "--kl-reweight"],
-                          "... with the KL re-weighted by pi / pi_old"),
-    "kl_reuse_seq": (KL_REUSE, "the same under the default seq_mean, whose 1 / length weights bias the estimate on "
-                               "their own"),
-    "kl_reuse_seq_reweight": ([*KL_REUSE, "--kl-reweight"], "... with the KL re-weighted"),
-    "rare": (RARE, "a warm start that seldom reasons, 16 updates a rollout: PPO's clip stops the rare <think> early"),
-    "rare_clip_higher": ([*RARE, "--clip-high", "0.28"], "... with clip-higher, eps_high 0.28 (DAPO)"),
-    "rare_cispo": ([*RARE, "--objective", "cispo", "--clip", "inf", "--clip-high", "0.28"],
-                   "... with CISPO's clipped weights, which keep every token's gradient (MiniMax-M1)"),
-    "rare_format": ([*RARE, "--format-weight", "0.1"], "... with a format bonus of 0.1 for reasoning, the rarer term"),
-    "rare_format_gdpo": ([*RARE, "--format-weight", "0.1", "--reward-norm", "norm_then_sum"],
-                         "... each reward term normalised in its group before the sum (GDPO)"),
-    "lag": (LAG, "the default trained on rollouts 4 steps old at lr 3e-4: stale wrong answers made likelier"),
-    "lag_dual_clip": ([*LAG, "--dual-clip", "3"], "... with the dual clip, c = 3 (verl's clip_ratio_c)"),
-    "lag_masked": ([*LAG, "--off-policy-mask", "0.1"], "... with off-policy sequence masking, delta 0.1 (the book's)"),
-    "lag_decoupled": ([*LAG, "--lag-pi-old", "learner"], "rollouts 4 steps old, pi_old the learner at the step "
-                      "(decoupled PPO): the stale sampler is not the policy the ratio starts from"),
-    "lag_decoupled_tis": ([*LAG, "--lag-pi-old", "learner", "--tis-cap", "2"],
-                          "... with truncated importance sampling, C = 2"),
-    "lag_decoupled_masked": ([*LAG, "--lag-pi-old", "learner", "--off-policy-mask", "0.1"],
-                             "... with off-policy sequence masking, delta 0.1"),
-    "lag_decoupled_dual_clip": ([*LAG, "--lag-pi-old", "learner", "--dual-clip", "3"], "... with the dual clip, c = 3"),
-    "lag_decoupled_topp": ([*LAG, "--lag-pi-old", "learner", "--top-p", "0.9"], "... sampled with top-p 0.9"),
-    "lag_decoupled_topp_keepmask": ([*LAG, "--lag-pi-old", "learner", "--top-p", "0.9", "--keep-sampling-mask"],
-                                    "... and the learner on the sampler's support"),
-    "many": (MANY, "inequalities with several right digits, 16 updates a rollout: each problem settles on fewer"),
-    "many_entropy": ([*MANY, "--entropy-coef", "0.03"], "... with an entropy bonus, alpha 0.03"),
-    "many_klcov": ([*MANY, "--clip", "inf", "--kl-cov", "0.02"], "... with KL-Cov instead of the clip (Cui et al.), "
-                   "k 0.02: the tokens that drive the entropy down held back"),
-    "default_passk": (["--eval-pass-k", "8"], "the default, with pass@8 at each evaluation"),
-    "entropy_bonus_01": (["--eval-pass-k", "8", "--entropy-coef", "0.1"], "... with an entropy bonus, alpha 0.1"),
-    # the field past the chapter (field_methods.py, report.FIELD): each method on top of the regime where the failure
-    # it answers lives, beside the chapter's own fix there, at its source's values
-    "book_sapo": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "sapo", "--ratio-level", "token"],
-                  "lesson 1's far off-policy epochs with SAPO's sigmoid gate (tau 1 / 1.05) instead of a clip"),
-    "book_gmpo": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "gmpo", "--ratio-level", "token", "--clip", "0.4"],
-                  "... with GMPO's geometric mean of the token ratios, clipped to (e^-0.4, e^0.4)"),
-    "lag_decoupled_icepop": ([*LAG, "--lag-pi-old", "learner", "--tis-cap", "2", "--tis-floor", "0.5", "--tis-mode",
-                              "token_mask"], "the stale sampler with IcePop's weights: kept in [0.5, 2], else 0"),
-    "lag_decoupled_seq_is": ([*LAG, "--lag-pi-old", "learner", "--tis-cap", "3", "--tis-mode", "sequence_mask"],
-                             "... with one weight an answer, masked above 3 (TRL's default mode and cap)"),
-    "lag_decoupled_reject": ([*LAG, "--lag-pi-old", "learner", "--rejection", "seq_mean_k3", "--rejection-bound",
-                              "0.01"], "... with the answers whose mean k3 from the sampler passes 0.01 rejected "
-                                       "(verl's k3 preset)"),
-    "lag_decoupled_dppo_tv": ([*LAG, "--lag-pi-old", "learner", "--objective", "dppo_tv", "--clip", "0.15"],
-                              "... with DPPO's trust region on the probability's move from the sampler, TV 0.15"),
-    "lag_decoupled_dppo_kl": ([*LAG, "--lag-pi-old", "learner", "--objective", "dppo_kl", "--clip", "0.05"],
-                              "... the same with the binary KL, 0.05"),
-    "lag_decoupled_vespo": ([*LAG, "--lag-pi-old", "learner", "--objective", "vespo", "--tis-cap", "2"],
-                            "... with VESPO's Gamma weight of each answer's ratio to the sampler (TIS's C = 2 inside)"),
-    "many_top_entropy": ([*MANY, "--top-entropy-quantile", "0.2"],
-                         "inequalities, the policy gradient on the top 20% of tokens by entropy (the 80/20 rule)"),
-    "many_adaptive_entropy": ([*MANY, "--adaptive-entropy"],
-                              "... with the entropy bonus steered from 0 towards 0.2 nats (TRL's defaults)"),
-    "search_rloo": ([*SEARCH, "--baseline", "leave_one_out"], "the runaway's task with RLOO's leave-one-out baseline"),
-    "search_reinforce_pp": ([*SEARCH, "--baseline", "batch"], "... with REINFORCE++'s baseline, the batch's tokens"),
-    "search_dropout_luspo": ([*SEARCH, "--dropout", "0.1", "--steps", "60", "--ratio-level", "gspo", "--clip", "3e-4",
-                              "--clip-high", "4e-4", "--loss-agg", "luspo"],
-                             "... GSPO with each answer's loss scaled by its length (LUSPO)"),
-    "book_kl_k3plus": ([*BOOK, "--kl-estimator", "k3+", "--kl-level", "token"],
-                       "lesson 2's book run with k3+ per token: k3's value, k2's gradient"),
-}
 COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in one subplot, for at most 2 runs)
     # at most 4 experiments a figure, so that each curve can be followed
     "clip": (["onpolicy", "default"], "eval_acc,reward,entropy,clip_frac"),
@@ -261,7 +84,7 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
                      "eval_acc,eval_sampled_acc,entropy,sampler_entropy,pg_k1,truncated_frac"),
     "book_runaway_fixes": (["book_runaway", "book_runaway_k3", "book_runaway_lowlr", "book_runaway_token"],
                            "eval_acc,eval_sampled_acc,entropy,sampler_entropy"),
-    # the closing list's fixes, each beside the same run without it (FIXES)
+    # the closing list's fixes, each beside the same run without it (lessons.FIXES)
     "fixes_runaway": (["book_runaway", "book_runaway_overlong", "book_runaway_keepmask_T1"],
                       "eval_sampled_acc,entropy,truncated_frac,resp_len_wrong,tis_weight_mean"),
     "fixes_length": (["search", "search_token", "search_drgrpo"], "resp_len_wrong,truncated_frac,entropy,eval_acc"),
@@ -284,7 +107,7 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
                    "sampler_entropy,logratio_std_token+logratio_std_seq,reward,eval_acc"),
     "book_runaway_clip_format": (["book_runaway_noclip", "book_runaway_ppo_clip", "book_runaway_format",
                                   "book_runaway_format_gated"], "eval_acc,eval_sampled_acc,entropy,reward_format"),
-    # the field's variants, each beside the run without it and the chapter's own fix (report.FIELD)
+    # the field's variants, each beside the run without it and the chapter's own fix (lessons.FIELD)
     "field_clip": (["book_noclip", "book_ppo_clip", "book_sapo", "book_gmpo"],
                    "eval_acc,ratio_max,clip_frac,entropy,ppo_kl,resp_len"),
     "field_weights": (["lag_decoupled", "lag_decoupled_tis", "lag_decoupled_icepop", "lag_decoupled_seq_is"],
@@ -304,12 +127,11 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
 
 
 GROUPS = {  # names that stand for several experiments on the command line
-    "all": lambda: list(EXPERIMENTS),
-    "lessons": lambda: [n for lesson in LESSONS if not lesson.startswith(("fix_", "field_"))
-                        for n in LESSONS[lesson][0]],
-    "fixes": lambda: [n for lesson in LESSONS if lesson.startswith("fix_") for n in LESSONS[lesson][0]],
-    # the field's variants and the runs without them they are judged against (report.FIELD)
-    "field": lambda: [n for lesson in LESSONS if lesson.startswith("field_") for n in LESSONS[lesson][0]],
+    "all": lambda: list(lessons.EXPERIMENTS),
+    "lessons": lambda: [n for lesson in lessons.LESSONS.values() for n in lesson.experiments],
+    "fixes": lambda: [n for fix in lessons.FIXES.values() for n in fix.experiments],
+    # the field's variants and the runs without them they are judged against
+    "field": lambda: [n for variant in lessons.FIELD.values() for n in variant.experiments],
 }
 OWN_FLAGS = {  # train.py flags experiments.py sets for each run, refused after --, and what to use instead
     "--seed": "use --seeds", "--steps": "use experiments.py's own --steps", "--runs-dir": "use --runs-dir before --",
@@ -321,14 +143,16 @@ OWN_FLAGS = {  # train.py flags experiments.py sets for each run, refused after 
 
 def experiment_names(names):
     """The experiments that the names on the command line stand for, each once, in order: experiment names,
-    lesson names (their experiments) and the GROUPS. An unknown name is a ValueError naming the choices."""
+    the names of lessons, fixes and variants (lessons.judged(): their experiments) and the GROUPS. An unknown
+    name is a ValueError naming the choices."""
+    judged = dict(lessons.judged())
     out = []
     for name in names:
-        found = GROUPS[name]() if name in GROUPS else LESSONS[name][0] if name in LESSONS else [name]
+        found = GROUPS[name]() if name in GROUPS else judged[name].experiments if name in judged else [name]
         for n in found:
-            if n not in EXPERIMENTS:
+            if n not in lessons.EXPERIMENTS:
                 raise ValueError(f"unknown experiment {n!r}; choose from {', '.join(GROUPS)}, table, check, "
-                                 f"{', '.join(LESSONS)}, {', '.join(EXPERIMENTS)} (--list shows each)")
+                                 f"{', '.join(judged)}, {', '.join(lessons.EXPERIMENTS)} (--list shows each)")
             out += [n] if n not in out else []
     return out
 
@@ -350,7 +174,8 @@ def merge_flags(*flag_lists):
 
 def train_flags(name, seed=None, extra=()):
     """The train.py flags of one experiment: COMMON, the experiment's own, then extra."""
-    return merge_flags(COMMON, EXPERIMENTS[name][0], [] if seed is None else ["--seed", str(seed)], extra)
+    return merge_flags(lessons.COMMON, lessons.EXPERIMENTS[name][0], [] if seed is None else ["--seed", str(seed)],
+                       extra)
 
 
 def command(name, seed, runs_dir, extra=(), nproc=1, folder=None):
@@ -688,7 +513,7 @@ def figures(runs_dir, out_dir, names):
     """Draw each comparison that sets one of the experiments named beside another that has runs in runs_dir,
     into out_dir/exp_<comparison>.png; if none does, one figure of the named experiments themselves (at most
     4, exp_<first>_and_more.png) -> the paths drawn."""
-    found = lambda members: [n for n in members if plot.seed_folders(os.path.join(runs_dir, n))]  # noqa: E731
+    found = lambda members: [n for n in members if run_folders.seed_folders(os.path.join(runs_dir, n))]  # noqa: E731
     todo = {f"exp_{fig}.png": (found(members), metrics) for fig, (members, metrics) in COMPARISONS.items()
             if set(members) & set(names) and len(found(members)) >= 2}
     if not todo and found(names):
@@ -712,7 +537,7 @@ def beside_figures(runs_dir, out_dir, names, label, edited):
     out_dir/exp_NAME+LABEL.png, the figure saying where each came from -> the paths drawn."""
     drawn = []
     for name in names:
-        mine = plot.seed_folders(os.path.join(runs_dir, f"{name}+{label}"))
+        mine = run_folders.seed_folders(os.path.join(runs_dir, f"{name}+{label}"))
         if not mine:
             continue
         base, where = unmodified_runs(runs_dir, name)
@@ -735,7 +560,7 @@ def unmodified_runs(runs_dir, name):
     own in runs_dir/NAME, else the shipped reference/NAME; ([], '') without either."""
     for folder, whose in ((os.path.join(runs_dir, name), "your runs"), (os.path.join(REFERENCE, name), "shipped runs")):
         found = []
-        for seed in plot.seed_folders(folder):
+        for seed in run_folders.seed_folders(folder):
             with open(os.path.join(seed, "config.json")) as f:
                 config = json.load(f)
             if (config.get("code") or {}).get("edited") == []:
@@ -759,8 +584,8 @@ def records_of(runs_dir, roundings=("plain",)):
     experiment's flags exactly, and the commit's code unedited. Any other run (--steps, flags after --, edited
     code, not finished) is left out, and said on stderr with why."""
     records = []
-    for rounding, name in ((rounding, name) for rounding in roundings for name in EXPERIMENTS):
-        for folder in plot.seed_folders(os.path.join(provenance.rounding_dir(runs_dir, rounding), name)):
+    for rounding, name in ((rounding, name) for rounding in roundings for name in lessons.EXPERIMENTS):
+        for folder in run_folders.seed_folders(os.path.join(provenance.rounding_dir(runs_dir, rounding), name)):
             seed = int(os.path.basename(folder)[4:])
             run = plan([name], [seed], runs_dir, roundings=[rounding])[0]
             what, detail = state(run)
@@ -793,7 +618,7 @@ def parse_seeds(s):
 
 def main(args):
     if args.list:
-        for name, (_, what) in EXPERIMENTS.items():
+        for name, (_, what) in lessons.EXPERIMENTS.items():
             print(f"{name:21s} {what}\n{'':21s} python train.py {' '.join(train_flags(name))}")
         return
     names = experiment_names([n for n in args.names if n not in ("table", "check")])
@@ -813,11 +638,11 @@ def main(args):
             print(f"figures: {', '.join(drawn) or 'none'}; the table: python experiments.py table"
                   + (f" --runs-dir {runs_dir}" if runs_dir != "runs/exp" else ""))
     if "table" in args.names:
-        print(report.table(args.runs_dir, list(EXPERIMENTS)))
+        print(report.table(args.runs_dir, list(lessons.EXPERIMENTS)))
         if args.write:
             new = records_of(args.runs_dir, roundings)
             old = report.load_results(args.results) if os.path.exists(args.results) else []
-            report.write_results(report.merge_results(old, new, list(EXPERIMENTS)), args.results)
+            report.write_results(report.merge_results(old, new, list(lessons.EXPERIMENTS)), args.results)
             changed = report.write_pages(report.load_results(args.results))
             print(f"{args.results}: {len(new)} runs recorded from {args.runs_dir}; pages re-written: "
                   f"{', '.join(changed) or 'none changed'}")
@@ -839,9 +664,8 @@ def split_extra(argv):
 def get_parser():
     ap = argparse.ArgumentParser(description="Run the chapter's GRPO experiments and compare them.",
                                  usage="python experiments.py NAME [NAME ...] [options] [-- train.py flags]")
-    lessons = [name for name in LESSONS if not name.startswith(("fix_", "field_"))]
     ap.add_argument("names", nargs="*", default=[],
-                    help=f"experiments, lessons ({', '.join(lessons)}), "
+                    help=f"experiments, lessons ({', '.join(lessons.LESSONS)}), "
                          f"a fix's pair (fix_<item>, e.g. fix_tis), a variant's (field_<method>, e.g. field_sapo), "
                          f"groups ({', '.join(GROUPS)}); table: the runs' "
                          "table; check: the runs against results.jsonl")

@@ -43,9 +43,10 @@ to the figure's width. The clip panel splits the low and high sides for at most 
 
 Every line series is drawn twice: the raw values faint, and a trailing moving average
 on top. The window at the i-th point (0-based) is the last w_i = max(1, floor(s*(i+1)))
-points, s = --smooth (default 0.25): the mean of the trailing 25% of the points so far.
-Trailing, not centred, and growing with the run, so the smoothed value at a step never
-changes when later steps arrive: re-plotting a live run does not rewrite its past.
+points, s = --smooth (default 0.25): the mean of the trailing 25% of the points so far
+(run_folders.moving_average). Trailing, not centred, and growing with the run, so the
+smoothed value at a step never changes when later steps arrive: re-plotting a live run
+does not rewrite its past.
 Keys starting with `eval_` (eval_acc, eval_format; fractions in [0, 1]) are logged
 only on evaluation steps and are drawn as bars, side by side when several runs share
 a step.
@@ -57,7 +58,6 @@ that names the file and line. A missing run folder or metrics file is an error
 """
 
 import argparse
-import json
 import math
 import os
 import re
@@ -69,6 +69,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
+
+from run_folders import is_number, moving_average, read_metrics, seed_folders, series  # noqa: E402
 
 DPI = 100
 
@@ -146,38 +148,11 @@ FIGSIZE = {1: (6, 3.6), 2: (10, 3.6), 4: (9, 6.5)}  # inches, by number of subpl
 TITLE_CHARS_PER_INCH, LEGEND_CHARS_PER_INCH = 9, 13
 
 # ----------------------------------------------------------------------------------
-# reading run folders
+# reading run folders (a run's metrics.jsonl and an experiment's seed folders: run_folders.py)
 
 
 class RunError(Exception):
     pass
-
-
-def is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def read_metrics(path):
-    """List of dicts, one per valid line; bad lines are skipped with a warning."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        lines = f.read().split("\n")
-    # a file that ends in "\n" leaves one empty string after the last line
-    complete = lines[-1] == ""
-    records = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            if not isinstance(rec, dict) or not is_number(rec.get("step")):
-                raise ValueError("not a JSON object with a numeric 'step'")
-        except ValueError as e:  # json.JSONDecodeError is a ValueError
-            half_written = lineno == len(lines) and not complete
-            what = "incomplete last line (run still writing?)" if half_written else "corrupt line"
-            print(f"warning: {path}:{lineno}: skipped {what}: {e}", file=sys.stderr)
-            continue
-        records.append(rec)
-    return records
 
 
 def load_run(folder):
@@ -192,16 +167,6 @@ def load_run(folder):
     if not records:
         print(f"warning: {path}: no valid records", file=sys.stderr)
     return os.path.basename(os.path.abspath(folder)), records
-
-
-def seed_folders(folder):
-    """The seed<k>/ subfolders of an experiment folder that hold metrics, in seed order
-    (none if there is no such folder): the one rule, which experiments.py uses too."""
-    if not os.path.isdir(folder):
-        return []
-    subs = [d for d in os.listdir(folder) if re.fullmatch(r"seed\d+", d)
-            and os.path.isfile(os.path.join(folder, d, "metrics.jsonl"))]
-    return [os.path.join(folder, d) for d in sorted(subs, key=lambda d: int(d[4:]))]
 
 
 def load_runs(folders, band=False):
@@ -247,37 +212,8 @@ def merge_seeds(members):
     return merged
 
 
-def series(records, key):
-    """(steps, values) as float arrays, over the records where `key` is a finite number."""
-    pts = [(r["step"], r[key]) for r in records if is_number(r.get(key))]
-    steps = np.array([p[0] for p in pts], dtype=float)  # (N,)
-    values = np.array([p[1] for p in pts], dtype=float)  # (N,)
-    return steps, values
-
-
 def has_data(runs, key):
     return any(len(series(recs, key)[0]) > 0 for _, recs in runs)
-
-
-# ----------------------------------------------------------------------------------
-# smoothing
-
-
-def trailing_window(n, frac):
-    """Window length at each of n points: w_i = max(1, floor(frac * (i + 1)))."""
-    i = np.arange(n)  # (n,)
-    # + 1e-9: in floats 0.29 * 100 = 28.999999999999996, which must still floor to 29
-    return np.maximum(1, np.floor(frac * (i + 1) + 1e-9).astype(int))  # (n,)
-
-
-def moving_average(values, frac=0.25, window=None):
-    """Trailing mean of the last w_i values at each point i: w_i from trailing_window, or
-    with a fixed window, min(window, i + 1) (experiments.py's 20-step means)."""
-    x = np.asarray(values, dtype=float)  # (n,)
-    w = trailing_window(len(x), frac) if window is None else np.minimum(window, np.arange(1, len(x) + 1))  # (n,)
-    c = np.concatenate([[0.0], np.cumsum(x)])  # (n+1,) c[k] = sum of x[:k]
-    end = np.arange(1, len(x) + 1)  # (n,) one past the last value in each window
-    return (c[end] - c[end - w]) / w  # (n,)
 
 
 # ----------------------------------------------------------------------------------

@@ -5,13 +5,14 @@ results that EXPERIMENTS.md, README.md and docs/metrics.md are written from.
     python experiments.py table --write     # record those runs in results.jsonl, re-write the pages' tables
     python experiments.py check             # the runs in runs/exp against results.jsonl, number by number
 
-A lesson is a pair of experiments, a broken run and its fix, and a check of one seed's two
-summaries (LESSONS); a fix of the chapter's closing list is judged by the number it was made to
-move, by a margin of at least twice that number's spread over seeds without it (FIXES); a variant
-of the field past the chapter, beside the chapter's own answer, by that answer's check (FIELD).
-`run_summary` makes every number they read from a run's metrics.jsonl. results.jsonl keeps one
-line per recorded run (its experiment, seed, flags, commit, machine and summary), and every table
-on the pages is a generated part, written from it (`write_pages`); the suite writes them again
+What is judged, and by which check, is lessons.py's: a lesson is a pair of experiments, a broken run
+and its fix, and a check of one seed's two summaries (lessons.LESSONS); a fix of the chapter's
+closing list is judged by the number it was made to move, by a margin of at least twice that
+number's spread over seeds without it (lessons.FIXES); a variant of the field past the chapter,
+beside the chapter's own answer, by that answer's check (lessons.FIELD). This file judges them on
+the runs: `run_summary` makes every number they read from a run's metrics.jsonl. results.jsonl keeps
+one line per recorded run (its experiment, seed, flags, commit, machine and summary), and every
+table on the pages is a generated part, written from it (`write_pages`); the suite writes them again
 and fails on any difference (tests/test_report.py). This file imports nothing of training.
 """
 import json
@@ -19,213 +20,16 @@ import math
 import os
 import re
 
-import plot
+import lessons
 import provenance
+import run_folders
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(ROOT, "results.jsonl")
 PAGES = ["README.md", "EXPERIMENTS.md", "docs/metrics.md"]  # the pages with generated parts
 
 
-# ---------------------------------------------------------------- 1. the lessons
-
-def broken_vs_fixed(broken, fixed, points=0.15):
-    """The lessons' one test: the broken run's greedy accuracy falls at least `points` from
-    its own peak and ends at least `points` below the fixed run's. (15 points: one prompt a
-    step is noisy, and runs that do not collapse still drift; EXPERIMENTS.md says how far.)"""
-    return broken["peak"] - broken["final"] >= points and fixed["final"] - broken["final"] >= points
-
-
-def sampled_falls(run, points=0.15):
-    """The held-out accuracy of answers drawn as the rollouts draw them falls `points` from its
-    peak: what the book's 7_3 log shows of its runaway (its training reward, sampled at T 0.8 and
-    top-p 0.9, 0.6-0.9 -> 0.04-0.25), where greedy decoding falls less (46.2% -> 33.0%)."""
-    return run["sampled_peak"] is not None and run["sampled_peak"] - run["sampled_final"] >= points
-
-
-def runs_away(broken, fixed, points=0.15):
-    """The runaway by the signs of the book's 7_3 log: the learner's entropy (a 20-step mean)
-    reaches half its maximum, ln V, and the sampled held-out accuracy falls `points` from its
-    peak and ends `points` below the fix's. Greedy accuracy and the answers at the cap are
-    reported beside it, as signs of their own (lesson_table)."""
-    return (broken["entropy_peak"] >= 0.5 * broken["ln_vocab"] and sampled_falls(broken, points)
-            and fixed["sampled_final"] is not None and fixed["sampled_final"] - broken["sampled_final"] >= points)
-
-
-def reward_hides_the_collapse(ungated, gated, points=0.15):
-    """The format lesson as the book's two 7_6 runs show it: both runs collapse (sampled accuracy
-    falls `points` from its peak), but ungated the format reward (20-step mean) ends above 0.9 and
-    the total reward's lowest 50-step mean after its peak stays at or above half that peak (the
-    reward a learner watches hides the collapse), while gated it drops below half (it shows it)."""
-    return (sampled_falls(ungated, points) and sampled_falls(gated, points) and ungated["reward_format_end"] > 0.9
-            and ungated["reward_low_after_peak"] >= 0.5 * ungated["reward_peak50"]
-            and gated["reward_low_after_peak"] < 0.5 * gated["reward_peak50"])
-
-
-LESSONS = {  # lesson -> (experiments, check(their summaries for one seed) -> bool, the claim checked)
-    "instability": (["book_noclip", "book_ppo_clip"], broken_vs_fixed,
-                    "with 4 inner epochs and no clipping accuracy falls >= 15 points from its peak and ends >= 15 "
-                    "below PPO's clip at 0.2"),
-    "naive_kl": (["book_kl", "book_kl_k3"], broken_vs_fixed,
-                 "with the book's k1 KL on summed log-probs accuracy falls >= 15 points from its peak and ends "
-                 ">= 15 below k3 per token"),
-    "naive_kl_reuse": (["kl_naive", "kl_k3"], broken_vs_fixed,
-                       "the same in our default regime, where the sampler is the learner but each rollout serves "
-                       "two updates"),
-    "runaway": (["book_runaway", "book_runaway_keepmask"], runs_away,
-                "on-policy without KL (the book's 7_3), the learner's entropy reaches half of ln V, and the sampled "
-                "held-out accuracy falls >= 15 points from its peak and ends >= 15 below the learner on the "
-                "sampler's support"),
-    "format_exploit": (["book_runaway_format", "book_runaway_format_gated"], reward_hides_the_collapse,
-                       "with the book's 7_6 format bonus both runs run away (sampled accuracy falls >= 15 points from "
-                       "its peak); ungated the format reward ends above 0.9 and the total reward's lowest 50-step mean "
-                       "after its peak stays >= half of it (it hides the collapse); gated it drops below half"),
-    "instability_runaway": (["book_runaway_noclip", "book_runaway_ppo_clip"], broken_vs_fixed,
-                            "the instability lesson on the runaway's task"),
-}
-# the four lessons the pages number, in the chapter's order of their failures
-NUMBERED = {"instability": 1, "naive_kl": 2, "runaway": 3, "format_exploit": 4}
-LABELS = {  # experiment -> how the pages' verdict lines name it
-    "book_noclip": "no clip", "book_ppo_clip": "PPO's clip", "book_kl": "k1 on summed log-probs",
-    "book_kl_k3": "k3 per token", "kl_naive": "k1 on summed log-probs", "kl_k3": "k3 per token",
-    "book_runaway": "the book's 7_3", "book_runaway_keepmask": "the learner on the sampler's support",
-    "book_runaway_format": "ungated", "book_runaway_format_gated": "gated", "book_runaway_noclip": "no clip",
-    "book_runaway_ppo_clip": "PPO's clip",
-}
-
-
-# ---------------------------------------------------------------- 2. the fixes
-
-def better(key, higher, margin, relative=False):
-    """A fix's check: its own metric moved the way the fix is made to move it, by at least
-    `margin`: in the metric's own unit, or, relative, as a share of the run without it. Any
-    difference at all is not enough: two seeds of the same run differ too."""
-    def check(without, with_):
-        gain = with_[key] - without[key] if higher else without[key] - with_[key]
-        return gain > 0 and gain >= margin * (abs(without[key]) if relative else 1)  # > 0: 2% of 0 asks nothing
-    return check
-
-
-# the closing list (the book's 7_7_improvements: olmo3_style.py items 1-7, deepseek_v32_style.py 8-12) and
-# the other named fixes: item -> (its numbers in the book's list, what it fixes, the regime,
-# (without, with), its metric in run_summary, "higher" or "lower", the margin (size, "points", "relative" or
-# "nats")). Each margin is twice the std over seeds 0-2 of the run without the fix, rounded up to two digits, as
-# results.jsonl records them (tests/test_verdicts.py holds each to that rule): in points for a share (an accuracy, the cut share, the KL's relative
-# bias), relative for a count or a length, whose scale the regime sets (the prompts a step, the cap), in nats
-# for an entropy
-FIXES = {
-    "dynamic_sampling": ("1, 2", "groups with no signal", "the default at 4 prompts a step", ("ds4", "ds4_dynamic"),
-                         "mean_signal_groups", "higher", (0.017, "relative")),
-    "token_mean": ("3", "long wrong answers weighing less per token", "the runaway's task, default settings",
-                   ("search", "search_token"), "late_resp_len_wrong", "lower", (0.25, "relative")),
-    "drgrpo": ("7", "the same, and the std's weight on easy groups", "the runaway's task, default settings",
-               ("search", "search_drgrpo"), "late_resp_len_wrong", "lower", (0.25, "relative")),
-    "overlong": ("DAPO", "answers cut at the cap", "the runaway", ("book_runaway", "book_runaway_overlong"),
-                 "mean_truncated_frac", "lower", (0.084, "points")),
-    "keep_mask": ("11", "a learner with mass where top-p never samples", "the runaway",
-                  ("book_runaway", "book_runaway_keepmask_T1"), "sampled_final", "higher", (0.18, "points")),
-    "tis": ("6, as a sampler weight", "a sampler that is not the policy the ratio starts from", "rollouts 4 steps "
-            "old, pi_old the learner (decoupled), lr 3e-4", ("lag_decoupled", "lag_decoupled_tis"), "clipped_steps",
-            "lower", (0.13, "points")),
-    "kl_reweight": ("9", "a KL estimated on pi_old's samples", "KL 0.5, 16 updates a rollout, token mean, 50 steps",
-                    ("kl_reuse", "kl_reuse_reweight"), "kl_bias", "lower", (0.32, "points")),
-    # judged by what it exists for, answers kept diverse, not by the entropy it raises by construction
-    "entropy_bonus": ("-", "lost diversity: one right answer kept of several", "inequalities with 2-6 right digits, "
-                      "16 updates a rollout", ("many", "many_entropy"), "distinct_final", "higher", (0.17, "relative")),
-    "clip_higher": ("5", "a rare token that pays, clipped", "a warm start that seldom reasons, 16 updates a rollout",
-                    ("rare", "rare_clip_higher"), "think_half_step", "lower", (0.33, "relative")),
-    "cispo": ("-", "a rare token that pays, its gradient dropped", "a warm start that seldom reasons, 16 updates "
-              "a rollout", ("rare", "rare_cispo"), "think_half_step", "lower", (0.33, "relative")),
-    "gdpo": ("gdpo.py", "a rare reward term drowned by a common one", "a warm start that seldom reasons, 16 updates a "
-             "rollout, a format bonus of 0.1", ("rare_format", "rare_format_gdpo"), "think_half_step", "lower",
-             (0.25, "relative")),
-    "dual_clip": ("-", "stale wrong answers made likelier: an unbounded loss", "rollouts 4 steps old, pi_old their "
-                  "sampler, lr 3e-4", ("lag", "lag_dual_clip"), "clipped_steps", "lower", (0.039, "points")),
-    "off_policy_mask": ("10", "stale wrong answers far from the policy", "rollouts 4 steps old, pi_old the learner "
-                        "(decoupled), lr 3e-4", ("lag_decoupled", "lag_decoupled_masked"), "clipped_steps", "lower",
-                        (0.13, "points")),
-    "gspo": ("-", "a noisy token ratio", "the runaway's task, dropout 0.1 in the learner only, 60 steps",
-             ("search_dropout", "search_dropout_gspo"), "sampler_entropy", "lower", (0.13, "nats")),
-}
-# each fix's gates: numbers of the run *without* it that show its mechanism at work (run_summary keys, and
-# what each is), so that a fix that moves nothing can be told from a fix with nothing to act on
-GATES = {
-    "dynamic_sampling": [("mean_zero_std_frac", "groups with no signal")],
-    "token_mean": [("mean_truncated_frac", "answers cut at the cap")],
-    "drgrpo": [("mean_truncated_frac", "answers cut at the cap")],
-    "overlong": [("mean_truncated_frac", "answers cut at the cap")],
-    "keep_mask": [("mean_tis_weight_mean", "the learner's mass on what the sampler can draw")],
-    "tis": [("mean_sampler_kl_k3", "KL(sampler || pi_old) a token"),
-            ("mean_tis_weight_above_2", "tokens whose weight pi_old / pi_sampler passes the cap, 2")],
-    "kl_reweight": [("mean_ppo_kl", "KL(pi_old || pi) an update")],
-    "entropy_bonus": [("distinct_fall", "the different right answers a problem: their fall from step 0")],
-    "gspo": [("early_logratio_std_token", "the token log-ratio's spread, first 10 steps")],
-    "clip_higher": [("mean_clip_high_lowp_frac", "of the high-clipped tokens, the share below p 0.2")],
-    "cispo": [("mean_clip_high_lowp_frac", "of the high-clipped tokens, the share below p 0.2")],
-    "gdpo": [("mean_adv_correct_corr", "the correctness reward's correlation with the advantage")],
-    "dual_clip": [("mean_neg_ratio_above_3", "of the wrong answers' tokens, the share with ratio > 3")],
-    "off_policy_mask": [("mean_sampler_kl_k3", "KL(sampler || pi_old) a token"),
-                        ("mean_neg_far_frac", "answers the mask at delta 0.1 would drop")],
-}
-METRICS = {  # run_summary's keys, as the fixes table names them
-    "mean_signal_groups": "groups with signal a step", "late_resp_len_wrong": "wrong answers' length, 2nd half",
-    "mean_truncated_frac": "cut share", "sampled_final": "sampled held-out accuracy, end",
-    "drop": "greedy accuracy's fall from its peak",
-    "kl_bias": "KL estimate's bias, \\|mean (estimate - exact) / exact\\| over the run",
-    "distinct_final": "different right answers a held-out problem in 16 samples, end",
-    "sampler_entropy": "the sampled policy's entropy, last 10 steps",
-    "think_half_step": "steps until half the sampled answers reason",
-    "clipped_steps": "steps whose largest gradient norm before clipping passed 1 (--max-grad-norm)",
-}
-PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "clipped_steps", "mean_zero_std_frac",
-                   "mean_tis_weight_mean", "mean_clip_high_lowp_frac", "mean_tis_weight_above_2", "mean_neg_far_frac",
-                   "eval_low"}
-
-
-def margin_text(size, unit):
-    if unit == "nats":
-        return f"{size:g} nats"
-    return f"{size * 100:g} points" if unit == "points" else f"{size * 100:g}% of the run without it"
-
-
-LESSONS.update({"fix_" + item: (list(pair), better(key, side == "higher", size, unit == "relative"),
-                                f"{fixes}: {METRICS[key]} {side} with it, by at least {margin_text(size, unit)}")
-                for item, (_, fixes, _, pair, key, side, (size, unit)) in FIXES.items()})
-
-# the field past the chapter (field_methods.py): method -> (its source, what it changes, the lesson or fix of the
-# chapter it stands beside, its run). Each is judged where the failure it answers lives, as that lesson or fix is:
-# against the same run without, by the same check, the same number and the same margin (a fix's: twice the spread
-# of the run without it over seeds, which test_verdicts holds it to; a lesson's: 15 points). BNPO has no run: in one
-# process it is token_mean, number for number (tests/test_whole_step.py), so its run would repeat search_token's.
-FIELD = {
-    "sapo": ("SAPO, arXiv 2511.20347", "a sigmoid gate in place of the clip", "instability", "book_sapo"),
-    "gmpo": ("GMPO, arXiv 2507.20673", "the geometric mean of the token ratios, clipped in log space", "instability",
-             "book_gmpo"),
-    "icepop": ("IcePop, arXiv 2510.18855", "weights outside [0.5, 2] set to 0, not truncated", "fix_tis",
-               "lag_decoupled_icepop"),
-    "sequence_is": ("TRL sequence_mask; verl rollout_is", "one weight an answer, masked above 3", "fix_tis",
-                    "lag_decoupled_seq_is"),
-    "rejection": ("verl rollout_rs", "answers whose mean k3 from the sampler passes 0.01 dropped", "fix_tis",
-                  "lag_decoupled_reject"),
-    "dppo_tv": ("DPPO, arXiv 2602.04879", "a trust region on each probability's move from the sampler, TV 0.15",
-                "fix_tis", "lag_decoupled_dppo_tv"),
-    "dppo_kl": ("DPPO, arXiv 2602.04879", "the same on the binary KL, 0.05", "fix_tis", "lag_decoupled_dppo_kl"),
-    "vespo": ("VESPO, arXiv 2602.10693", "a Gamma weight of each answer's ratio to the sampler", "fix_tis",
-              "lag_decoupled_vespo"),
-    "top_entropy": ("the 80/20 rule, arXiv 2506.01939", "the gradient on the top 20% of tokens by entropy",
-                    "fix_entropy_bonus", "many_top_entropy"),
-    "adaptive_entropy": ("Skywork-OR1, arXiv 2505.22312", "the entropy bonus steered towards 0.2 nats",
-                         "fix_entropy_bonus", "many_adaptive_entropy"),
-    "rloo": ("RLOO, arXiv 2402.14740", "the mean of the other answers as the baseline", "fix_drgrpo", "search_rloo"),
-    "reinforce_pp": ("REINFORCE++, arXiv 2501.03262", "the batch's mean and std over its tokens", "fix_drgrpo",
-                     "search_reinforce_pp"),
-    "luspo": ("LUSPO, arXiv 2602.05261", "GSPO's loss times each answer's length", "fix_gspo", "search_dropout_luspo"),
-    "k3_plus": ("verl's k3+", "k3's value with k2's gradient", "naive_kl", "book_kl_k3plus"),
-}
-LESSONS.update({"field_" + method: ([LESSONS[beside][0][0], run], LESSONS[beside][1],
-                                    f"{what}: judged as {beside} is ({LESSONS[beside][2]})")
-                for method, (_, what, beside, run) in FIELD.items()})
-
+# ---------------------------------------------------------------- 1. judging one seed
 
 def judge(check, runs, names):
     """(held, why it could not be judged or None) of one seed. The check sees only the numbers
@@ -240,7 +44,7 @@ def judge(check, runs, names):
         return False, f"{' and '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no {e.args[0]}"
 
 
-# ---------------------------------------------------------------- 3. a run's numbers
+# ---------------------------------------------------------------- 2. a run's numbers
 
 def finite(xs):
     return [x for x in xs if x is not None and math.isfinite(x)]
@@ -281,9 +85,9 @@ def run_summary(rows):
     out["reward_peak50"] = reward50[peak_at] if reward50 else float("nan")
     out["reward_low_after_peak"] = min(reward50[peak_at:]) if reward50 else float("nan")
     out["reward_format_end"] = mean(r.get("reward_format") for r in steps[-20:])
-    out["bonus"] = mean(r["reward"] - r["reward_correct"] for r in steps if plot.is_number(r.get("reward"))
-                        and plot.is_number(r.get("reward_correct")))  # what the reward pays beyond correctness
-    # each fix's own metric (FIXES): means over the run, or over its second half where a trend builds up
+    out["bonus"] = mean(r["reward"] - r["reward_correct"] for r in steps if run_folders.is_number(r.get("reward"))
+                        and run_folders.is_number(r.get("reward_correct")))  # what the reward pays beyond correctness
+    # each fix's own metric (lessons.FIXES): means over the run, or over its second half where a trend builds up
     for key in ("signal_groups", "adv_correct_corr", "truncated_frac", "pg_k1", "sampler_kl_k3", "grad_norm_max",
                 "zero_std_frac", "tis_weight_mean", "ppo_kl", "clip_high_lowp_frac", "neg_ratio_above_3",
                 "neg_sampler_kl", "tis_weight_above_2", "neg_far_frac"):  # the fixes' metrics and gates
@@ -291,14 +95,14 @@ def run_summary(rows):
     out["early_logratio_std_token"] = mean(r.get("logratio_std_token") for r in head)
     out["late_resp_len_wrong"] = mean(r.get("resp_len_wrong") for r in steps[len(steps) // 2:])
     errors = [(r["kl"] - r["kl_exact"]) / r["kl_exact"] for r in steps
-              if plot.is_number(r.get("kl")) and plot.is_number(r.get("kl_exact")) and r["kl_exact"] > 0]
+              if run_folders.is_number(r.get("kl")) and run_folders.is_number(r.get("kl_exact")) and r["kl_exact"] > 0]
     # the KL term's estimate against its exact value (--exact-kl): its bias over the run (what
     # re-weighting removes), and its error step by step (the bias and the noise together)
     out["kl_bias"] = abs(mean(errors))
     out["kl_error"] = mean(abs(e) for e in errors)
     # diversity (--eval-pass-n): the different right answers a held-out problem's N samples give, at the first
     # and the last evaluation, and their fall between: a policy settling on one right answer a problem
-    distinct = [r["eval_distinct"] for r in rows if plot.is_number(r.get("eval_distinct"))]
+    distinct = [r["eval_distinct"] for r in rows if run_folders.is_number(r.get("eval_distinct"))]
     out["distinct_start"], out["distinct_final"] = (distinct[0], distinct[-1]) if distinct else (float("nan"),) * 2
     out["distinct_fall"] = out["distinct_start"] - out["distinct_final"]
     # the aha moment: the first step whose 3-step mean of the reasoned share (format check) reaches one half
@@ -307,7 +111,7 @@ def run_summary(rows):
     out["drop"] = out["peak"] - out["final"] if evals else float("nan")
     # the steps whose largest gradient norm, before clipping, passed the default --max-grad-norm 1: the spikes
     # the clip hides from the update
-    spikes = [r["grad_norm_max"] > 1.0 for r in steps if plot.is_number(r.get("grad_norm_max"))]
+    spikes = [r["grad_norm_max"] > 1.0 for r in steps if run_folders.is_number(r.get("grad_norm_max"))]
     out["clipped_steps"] = sum(spikes) / len(spikes) if spikes else float("nan")
     out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
     out["moves"] = first_moves(rows)
@@ -316,9 +120,9 @@ def run_summary(rows):
 
 def trailing_means(rows, key, window=20):
     """(steps, means): the trailing `window`-step mean of a metric at each step it was logged
-    (over fewer steps before the window-th), by plot.moving_average."""
-    steps, values = plot.series([r for r in rows if r.get("step", 0) > 0], key)
-    return steps.astype(int).tolist(), plot.moving_average(values, window=window).tolist()
+    (over fewer steps before the window-th), by run_folders.moving_average."""
+    steps, values = run_folders.series([r for r in rows if r.get("step", 0) > 0], key)
+    return steps.astype(int).tolist(), run_folders.moving_average(values, window=window).tolist()
 
 
 def highest_trailing_mean(rows, key, window=20):
@@ -341,7 +145,7 @@ def first_moves(rows, window=20):
     peak_step, peak = max(evals, key=lambda e: e[1])
     out = {"eval_acc": next((s for s, a in evals if s > peak_step and a <= peak - 0.10), None)}
     for key, factor in MOVERS:
-        absolute = [{"step": r["step"], key: abs(r[key])} for r in rows if plot.is_number(r.get(key))]
+        absolute = [{"step": r["step"], key: abs(r[key])} for r in rows if run_folders.is_number(r.get(key))]
         trailing = list(zip(*trailing_means(absolute, key, window)))  # [(step, mean)]
         at_peak = [m for s, m in trailing if s <= peak_step]
         ref = at_peak[-1] if at_peak else None
@@ -353,7 +157,7 @@ def metric_profile(rows):
     """{metric: [first, last, lowest, highest]} of every number a run logs (docs/metrics.md's healthy values,
     from the default run): for a per-step metric the means of its first and of its last 10 steps, for an
     evaluation (eval_*) its value at the first and at the last evaluation."""
-    keys = sorted({k for r in rows for k, v in r.items() if plot.is_number(v)} - {"step"})
+    keys = sorted({k for r in rows for k, v in r.items() if run_folders.is_number(v)} - {"step"})
     out = {}
     for key in keys:
         values = finite(r.get(key) for r in rows if key.startswith("eval_") or r.get("step", 0) > 0 or key == "ln_vocab")
@@ -364,21 +168,21 @@ def metric_profile(rows):
 
 
 def summaries_from_runs(runs_dir, names=None):
-    """{experiment: {"seed<k>": run_summary}} of the seed folders (plot.seed_folders) under runs_dir, for the
+    """{experiment: {"seed<k>": run_summary}} of the seed folders (run_folders.seed_folders) under runs_dir, for the
     experiments named (default: every folder there, sorted). A cut or corrupt metrics line is skipped, and
-    plot.read_metrics says so on stderr."""
+    run_folders.read_metrics says so on stderr."""
     if names is None:
         names = sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []
     out = {}
     for name in names:
-        dirs = plot.seed_folders(os.path.join(runs_dir, name))
+        dirs = run_folders.seed_folders(os.path.join(runs_dir, name))
         if dirs:
-            out[name] = {os.path.basename(d): run_summary(plot.read_metrics(os.path.join(d, "metrics.jsonl")))
+            out[name] = {os.path.basename(d): run_summary(run_folders.read_metrics(os.path.join(d, "metrics.jsonl")))
                          for d in dirs}
     return out
 
 
-# ---------------------------------------------------------------- 4. the tables
+# ---------------------------------------------------------------- 3. the tables
 
 def mean_std(xs, fmt):
     xs = finite(xs)
@@ -402,7 +206,7 @@ def table(runs_dir, names=None):
     the fixes, and each lesson seed by seed."""
     summaries = summaries_from_runs(runs_dir, names)
     parts = [experiments_table(summaries), fixes_table(summaries), field_table(summaries)]
-    parts += [lesson_table(lesson, summaries) for lesson in LESSONS if not lesson.startswith(("fix_", "field_"))]
+    parts += [lesson_table(lesson, summaries) for lesson in lessons.LESSONS]
     return "\n\n".join(part for part in parts if part)  # a part without runs leaves no blank lines
 
 
@@ -430,48 +234,55 @@ def fixes_table(summaries):
     to, by the margin (a seed whose runs lack the metric is named, and not counted)."""
     out = ["| item (the book's list) | where | its gates, without it | its metric (margin) | "
            "without -> with, by seed | held |", "|---|---|---|---|---|---|"]
-    for item, (numbers, _, regime, (without, with_), key, side, margin) in FIXES.items():
-        seeds = seeds_of(summaries, [without, with_])
+    for item, fix in lessons.FIXES.items():
+        seeds = seeds_of(summaries, fix.experiments)
         if not seeds:
             continue
-        runs = [(summaries[without][s], summaries[with_][s]) for s in seeds]
-        verdicts = [judge(LESSONS["fix_" + item][1], list(pair), [without, with_]) for pair in runs]
+        runs = [(summaries[fix.without][s], summaries[fix.with_][s]) for s in seeds]
+        verdicts = [judge(fix.check, list(pair), fix.experiments) for pair in runs]
+        key = fix.metric
         cells = ", ".join(f"{fmt_metric(key, a.get(key))} -> {fmt_metric(key, b.get(key))}" for a, b in runs)
-        gates = "; ".join(f"{what}: " + ", ".join(fmt_metric(k, a.get(k)) for a, _ in runs) for k, what in GATES[item])
+        gates = "; ".join(f"{what}: " + ", ".join(fmt_metric(k, a.get(k)) for a, _ in runs) for k, what in fix.gates)
         unjudged = "".join(f"; seed {s[4:]} not judged: {why}" for s, (_, why) in zip(seeds, verdicts) if why)
-        out.append(f"| {item} ({numbers}) | {regime} | {gates} | {METRICS[key]} ({side}, by >= {margin_text(*margin)}) "
-                   f"| {cells} | {sum(h for h, _ in verdicts)} of {len(seeds)}{unjudged} |")
+        out.append(f"| {item} ({fix.numbers}) | {fix.regime} | {gates} | {lessons.METRICS[key]} ({fix.side}, by >= "
+                   f"{lessons.margin_text(*fix.margin)}) | {cells} | {sum(h for h, _ in verdicts)} of {len(seeds)}"
+                   f"{unjudged} |")
     return "\n".join(out) if len(out) > 2 else ""
 
 
 def field_table(summaries):
-    """The field's variants (FIELD), one row each, judged beside the chapter's own lesson or fix: the number that
-    judges it, without -> with in each seed, and in how many seeds it held; "not run yet" where its runs are not
-    there. A lesson's number is the greedy accuracy: the run without, peak -> end; the variant's, at the end."""
+    """The field's variants (lessons.FIELD), one row each, judged beside the chapter's own lesson or fix: the number
+    that judges it, without -> with in each seed, and in how many seeds it held; "not run yet" where its runs are
+    not there. A lesson's number is the greedy accuracy: the run without, peak -> end; the variant's, at the end."""
     out = ["| method | source | what it changes | beside (the chapter's, held) | its number | without -> with, by seed "
            "| held |", "|---|---|---|---|---|---|---|"]
-    for method, (source, what, beside, run) in FIELD.items():
-        if "field_" + method not in LESSONS:  # a table of other lessons (a test's own LESSONS)
-            continue
-        names = LESSONS["field_" + method][0]
+    for method, variant in lessons.FIELD.items():
+        names = variant.experiments
         seeds = seeds_of(summaries, names)
-        chapter = f"{beside} ({held_text(beside, summaries).removeprefix('held in ') or 'not run yet'})"
-        if beside.startswith("fix_"):
-            _, _, _, _, key, side, margin = FIXES[beside[len("fix_"):]]
-            number = f"{SHORT_METRICS.get(key, METRICS[key])} ({side}, by >= {margin_text(*margin)})"
+        chapter = variant.chapter  # the lesson or fix it stands beside
+        beside = f"{variant.beside} ({held_text(chapter, summaries).removeprefix('held in ') or 'not run yet'})"
+        if isinstance(chapter, lessons.Fix):
+            key = chapter.metric
+            number = (f"{SHORT_METRICS.get(key, lessons.METRICS[key])} ({chapter.side}, by >= "
+                      f"{lessons.margin_text(*chapter.margin)})")
             cell = lambda a, b: f"{fmt_metric(key, a.get(key))} -> {fmt_metric(key, b.get(key))}"  # noqa: E731
         else:
             number = "greedy accuracy: falls >= 15 points without, ends >= 15 above it with"
             cell = lambda a, b: f"{pct(a.get('peak'))}-{pct(a.get('final'))} -> {pct(b.get('final'))}"  # noqa: E731
         if not seeds:
-            out.append(f"| {method} | {source} | {what} | {chapter} | {number} | not run yet | - |")
+            out.append(f"| {method} | {variant.source} | {variant.what} | {beside} | {number} | not run yet | - |")
             continue
         runs = [[summaries[n][s] for n in names] for s in seeds]
-        verdicts = [judge(LESSONS["field_" + method][1], pair, names) for pair in runs]
+        verdicts = [judge(variant.check, pair, names) for pair in runs]
         unjudged = "".join(f"; seed {s[4:]} not judged: {why}" for s, (_, why) in zip(seeds, verdicts) if why)
-        out.append(f"| {method} | {source} | {what} | {chapter} | {number} | {', '.join(cell(*p) for p in runs)} | "
-                   f"{sum(h for h, _ in verdicts)} of {len(seeds)}{unjudged} |")
+        out.append(f"| {method} | {variant.source} | {variant.what} | {beside} | {number} | "
+                   f"{', '.join(cell(*p) for p in runs)} | {sum(h for h, _ in verdicts)} of {len(seeds)}{unjudged} |")
     return "\n".join(out)
+
+
+PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "clipped_steps", "mean_zero_std_frac",
+                   "mean_tis_weight_mean", "mean_clip_high_lowp_frac", "mean_tis_weight_above_2", "mean_neg_far_frac",
+                   "eval_low"}
 
 
 def fmt_metric(key, value):
@@ -489,16 +300,17 @@ def moved(run):
     return ", ".join(f"{key} {step}" for step, key in found) or "nothing moved"
 
 
-def lesson_verdicts(lesson, summaries):
-    """(seeds, {seed: (held, why not judged or None)}) of a lesson over the seeds all its runs have."""
-    names, check, _ = LESSONS[lesson]
+def seed_verdicts(judged, summaries):
+    """(seeds, {seed: (held, why not judged or None)}) of a lesson, a fix or a variant (lessons.py: its
+    experiments and its check) over the seeds all its runs have."""
+    names = judged.experiments
     seeds = seeds_of(summaries, names)
-    return seeds, {s: judge(check, [summaries[n][s] for n in names], names) for s in seeds}
+    return seeds, {s: judge(judged.check, [summaries[n][s] for n in names], names) for s in seeds}
 
 
-def held_text(lesson, summaries):
+def held_text(judged, summaries):
     """'held in 2 of 3 seeds' (with how many could not be judged), or '' without runs."""
-    seeds, verdicts = lesson_verdicts(lesson, summaries)
+    seeds, verdicts = seed_verdicts(judged, summaries)
     if not seeds:
         return ""
     unjudged = sum(1 for _, why in verdicts.values() if why)
@@ -506,15 +318,17 @@ def held_text(lesson, summaries):
             + (f" ({unjudged} not judged: a number missing)" if unjudged else ""))
 
 
-def lesson_table(lesson, summaries):
+def lesson_table(name, summaries):
     """A lesson seed by seed: its claim and in how many seeds it held, then a row a seed with what its
     check reads (the columns of LESSON_COLUMNS) and what moved first in the broken run."""
-    names, check, claim = LESSONS[lesson]
-    seeds, verdicts = lesson_verdicts(lesson, summaries)
+    lesson = lessons.LESSONS[name]
+    names = lesson.experiments
+    seeds, verdicts = seed_verdicts(lesson, summaries)
     if not seeds:
         return ""
-    columns = LESSON_COLUMNS.get(check, LESSON_COLUMNS[broken_vs_fixed])  # a check of one's own: the accuracies
-    out = [f"**{lesson}** ({claim}): {held_text(lesson, summaries)}", "",
+    # a check of one's own: the accuracies
+    columns = LESSON_COLUMNS.get(lesson.check, LESSON_COLUMNS[lessons.broken_vs_fixed])
+    out = [f"**{name}** ({lesson.claim}): {held_text(lesson, summaries)}", "",
            "| seed | " + " | ".join(title.format(*names) for title, _ in columns) + f" | held | moved first in {names[0]} |",
            "|---|" + "---|" * (len(columns) + 2)]
     for s in seeds:
@@ -548,23 +362,23 @@ def of_ln_v(r):
 
 
 LESSON_COLUMNS = {  # a lesson's check -> its table's columns: (title, with {0} {1} its runs; cell(broken, fixed))
-    broken_vs_fixed: [("{0}: greedy peak (step) -> final", lambda b, f: greedy(b)),
-                      ("{1}: greedy peak (step) -> final", lambda b, f: greedy(f))],
-    runs_away: [("{0}: entropy, of ln V", lambda b, f: of_ln_v(b)),
-                ("{0}: sampled peak -> final", lambda b, f: sampled(b)),
-                ("{1}: sampled peak -> final", lambda b, f: sampled(f)),
-                ("{0}: greedy peak (step) -> final", lambda b, f: greedy(b)),
-                ("{0}: cut share, first 20 steps -> highest", lambda b, f: f"{pct(b['truncated_start'])} -> "
-                                                                         f"{pct(b['truncated_peak'])}")],
-    reward_hides_the_collapse: [("{0}: sampled peak -> final", lambda u, g: sampled(u)),
-                                ("{1}: sampled peak -> final", lambda u, g: sampled(g)),
-                                ("{0}: reward kept, of its peak", lambda u, g: kept(u)),
-                                ("{1}: reward kept, of its peak", lambda u, g: kept(g)),
-                                ("{0}: format paid, last 20 steps", lambda u, g: pct(u["reward_format_end"]))],
+    lessons.broken_vs_fixed: [("{0}: greedy peak (step) -> final", lambda b, f: greedy(b)),
+                              ("{1}: greedy peak (step) -> final", lambda b, f: greedy(f))],
+    lessons.runs_away: [("{0}: entropy, of ln V", lambda b, f: of_ln_v(b)),
+                        ("{0}: sampled peak -> final", lambda b, f: sampled(b)),
+                        ("{1}: sampled peak -> final", lambda b, f: sampled(f)),
+                        ("{0}: greedy peak (step) -> final", lambda b, f: greedy(b)),
+                        ("{0}: cut share, first 20 steps -> highest", lambda b, f: f"{pct(b['truncated_start'])} -> "
+                                                                                 f"{pct(b['truncated_peak'])}")],
+    lessons.reward_hides_the_collapse: [("{0}: sampled peak -> final", lambda u, g: sampled(u)),
+                                        ("{1}: sampled peak -> final", lambda u, g: sampled(g)),
+                                        ("{0}: reward kept, of its peak", lambda u, g: kept(u)),
+                                        ("{1}: reward kept, of its peak", lambda u, g: kept(g)),
+                                        ("{0}: format paid, last 20 steps", lambda u, g: pct(u["reward_format_end"]))],
 }
 
 
-# ---------------------------------------------------------------- 5. results.jsonl: the recorded runs
+# ---------------------------------------------------------------- 4. results.jsonl: the recorded runs
 
 class ResultsError(Exception):
     """results.jsonl missing, cut or not as this code writes it: one line that says where."""
@@ -587,7 +401,7 @@ def run_record(name, seed, folder, flags, profiled=False):
     with profiled, every logged metric's first / last 10 steps, lowest and highest too."""
     with open(os.path.join(folder, "config.json")) as f:
         config = json.load(f)
-    rows = plot.read_metrics(os.path.join(folder, "metrics.jsonl"))
+    rows = run_folders.read_metrics(os.path.join(folder, "metrics.jsonl"))
     record = {"experiment": name, "seed": seed, "rounding": rounding_of(config), "threads": config.get("threads", 1),
               "flags": " ".join(flags), "commit": config.get("commit"), "machine": config.get("machine"),
               "summary": round_numbers(run_summary(rows))}
@@ -691,7 +505,7 @@ def check_runs(records, runs_dir, roundings=None):
             edited = (config.get("code") or {}).get("edited")
             if edited:
                 lines.append(f"{name}: ran with {', '.join(edited)} edited, not commit {config.get('commit')}'s code")
-            found = round_numbers(run_summary(plot.read_metrics(os.path.join(folder, "metrics.jsonl"))))
+            found = round_numbers(run_summary(run_folders.read_metrics(os.path.join(folder, "metrics.jsonl"))))
             if config.get("machine") != r.get("machine") or rounding != r["rounding"]:
                 other.append((r, found, config, rounding))
                 continue
@@ -720,15 +534,15 @@ def verdict_lines(other):
             if rd == rounding:
                 here.setdefault(r["experiment"], {})[f"seed{r['seed']}"] = found
                 there.setdefault(r["experiment"], {})[f"seed{r['seed']}"] = r["summary"]
-        for lesson in LESSONS:
-            seeds, ours_held = lesson_verdicts(lesson, here)
+        for name, judged in lessons.judged():
+            seeds, ours_held = seed_verdicts(judged, here)
             if not seeds:
                 continue
-            theirs_held = {s: judge(LESSONS[lesson][1], [there[n][s] for n in LESSONS[lesson][0]],
-                                    LESSONS[lesson][0]) for s in seeds}
+            names = judged.experiments
+            theirs_held = {s: judge(judged.check, [there[n][s] for n in names], names) for s in seeds}
             a, b = (sum(h for h, _ in v.values()) for v in (ours_held, theirs_held))
             differ = [s[4:] for s in seeds if ours_held[s][0] != theirs_held[s][0]]
-            out.append(f"{lesson}{f' ({rounding})' if rounding != 'plain' else ''}: held in {a} of {len(seeds)} "
+            out.append(f"{name}{f' ({rounding})' if rounding != 'plain' else ''}: held in {a} of {len(seeds)} "
                        f"seeds here, {b} of {len(seeds)} in the record: "
                        + (f"DIFFERS (seed{'s' * (len(differ) > 1)} {', '.join(differ)})" if differ else "agrees"))
     return out
@@ -754,7 +568,7 @@ def count_numbers(x):
     return 1
 
 
-# ---------------------------------------------------------------- 6. the pages' generated parts
+# ---------------------------------------------------------------- 5. the pages' generated parts
 # A generated part sits between `<!-- generated from results.jsonl: KIND ARGS -->` and
 # `<!-- end of generated part -->`; PARTS[KIND](records, ARGS, the part's present text) writes it again.
 
@@ -774,16 +588,17 @@ def percent(x):
     return f"{x:.0%}"
 
 
-def headline(lesson, summaries):
+def headline(name, summaries):
     """One line of what a lesson's runs did over their seeds, rounded: the numbers its check reads."""
-    names, check, _ = LESSONS[lesson]
+    lesson = lessons.LESSONS[name]
+    names = lesson.experiments
     seeds = seeds_of(summaries, names)
     b, f = ([summaries[n][s] for s in seeds] for n in names)
-    lb, lf = (LABELS.get(n, n) for n in names)
-    if check is broken_vs_fixed:
+    lb, lf = (lessons.LABELS.get(n, n) for n in names)
+    if lesson.check is lessons.broken_vs_fixed:
         return (f"{lb}: greedy accuracy {span([r.get('peak') for r in b], percent)} -> "
                 f"{span([r.get('final') for r in b], percent)}; {lf} ends at {span([r.get('final') for r in f], percent)}")
-    if check is runs_away:
+    if lesson.check is lessons.runs_away:
         return (f"{lb}: entropy to {span([r['entropy_peak'] / r['ln_vocab'] for r in b], percent)} of ln V, sampled "
                 f"accuracy {span([r.get('sampled_peak') for r in b], percent)} -> "
                 f"{span([r.get('sampled_final') for r in b], percent)}; {lf} ends at "
@@ -809,7 +624,7 @@ def verdict_part(records, args, _):
     """`verdict LESSON`: one line, the lesson's count of seed x rounding pairs held (and of each rounding's
     seeds), and its headline over all the pairs."""
     pairs = pairs_from_results(records)
-    seeds, verdicts = lesson_verdicts(args[0], pairs)
+    seeds, verdicts = seed_verdicts(lessons.LESSONS[args[0]], pairs)
     roundings = list(dict.fromkeys(s.split()[1] if " " in s else "plain" for s in seeds))
     held = lambda rd: [h for s, (h, _) in verdicts.items() if (s.split()[1:] or ["plain"])[0] == rd]  # noqa: E731
     each = ", ".join(f"{rd} {sum(held(rd))} of {len(held(rd))}" for rd in roundings)
@@ -829,13 +644,14 @@ def fixes_part(records, args, _):
     if not args:
         return fixes_table(summaries) + "\n"
     out = ["| item | what it fixes | its number | without -> with, 3 seeds | held |", "|---|---|---|---|---|"]
-    for item, (_, fixes, _, (without, with_), key, _, _) in FIXES.items():
-        seeds = seeds_of(summaries, [without, with_])
-        a, b = ([summaries[n][s].get(key) for s in seeds] for n in (without, with_))
+    for item, fix in lessons.FIXES.items():
+        seeds = seeds_of(summaries, fix.experiments)
+        key = fix.metric
+        a, b = ([summaries[n][s].get(key) for s in seeds] for n in fix.experiments)
         fmt = (lambda x: fmt_metric(key, x))
-        seeds_held = lesson_verdicts("fix_" + item, summaries)[1].values()
-        out.append(f"| {item} | {fixes} | {SHORT_METRICS.get(key, METRICS[key])} | {span(a, fmt)} -> {span(b, fmt)} | "
-                   f"{sum(h for h, _ in seeds_held)} of {len(seeds)} |")
+        seeds_held = seed_verdicts(fix, summaries)[1].values()
+        out.append(f"| {item} | {fix.fixes} | {SHORT_METRICS.get(key, lessons.METRICS[key])} | {span(a, fmt)} -> "
+                   f"{span(b, fmt)} | {sum(h for h, _ in seeds_held)} of {len(seeds)} |")
     return "\n".join(out) + "\n"
 
 
@@ -904,8 +720,8 @@ def roundings_part(records, args, _):
     seed x rounding pairs."""
     names = [n for n in provenance.ROUNDINGS if any(r["rounding"] == n for r in records)]
     out = ["| lesson | " + " | ".join(names) + " | all pairs |", "|---|" + "---|" * (len(names) + 1)]
-    for lesson, number in sorted(NUMBERED.items(), key=lambda x: x[1]):
-        counts = [lesson_verdicts(lesson, summaries_from_results(records, n))[1] for n in names]
+    for lesson, number in sorted(lessons.NUMBERED.items(), key=lambda x: x[1]):
+        counts = [seed_verdicts(lessons.LESSONS[lesson], summaries_from_results(records, n))[1] for n in names]
         cells = [f"{sum(h for h, _ in c.values())} of {len(c)}" if c else "-" for c in counts]
         held, pairs = sum(h for c in counts for h, _ in c.values()), sum(len(c) for c in counts)
         out.append(f"| {number}. {lesson} | " + " | ".join(cells) + f" | {held} of {pairs} |")

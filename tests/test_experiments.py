@@ -14,12 +14,14 @@ import pytest
 
 import cli
 import experiments
-import report
+import lessons
 import plot
+import report
+import run_folders
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-@pytest.mark.parametrize("name", list(experiments.EXPERIMENTS))
+@pytest.mark.parametrize("name", list(lessons.EXPERIMENTS))
 def test_every_experiment_parses_as_train_flags(name, capsys):
     cmd = experiments.command(name, 3, "runs/exp")
     _, args = cli.parse_args(cmd[2:])
@@ -38,7 +40,7 @@ def test_nproc_runs_train_under_torchrun():
 
 def test_the_default_experiment_is_python_train_py_itself():
     """`default` adds nothing to train.py's own settings: its resolved flags are train.py's defaults."""
-    assert experiments.EXPERIMENTS["default"][0] == []
+    assert lessons.EXPERIMENTS["default"][0] == []
     args = cli.parse_args(experiments.command("default", 0, "runs/exp")[2:])[1]
     plain = cli.parse_args([])[1]
     differ = {k for k in vars(args) if getattr(args, k) != getattr(plain, k)}
@@ -46,11 +48,12 @@ def test_the_default_experiment_is_python_train_py_itself():
 
 
 def test_comparisons_and_lessons_name_existing_experiments():
-    assert not set(report.LESSONS) & set(experiments.EXPERIMENTS)  # a name on the command line means one thing
+    judged = dict(lessons.judged())  # every lesson, fix and variant, by its name on the command line
+    assert len(judged) == len(lessons.judged()) and not set(judged) & set(lessons.EXPERIMENTS)  # a name means one thing
     for names, _ in experiments.COMPARISONS.values():
-        assert set(names) <= set(experiments.EXPERIMENTS)
-    for names, _, _ in report.LESSONS.values():
-        assert set(names) <= set(experiments.EXPERIMENTS)
+        assert set(names) <= set(lessons.EXPERIMENTS)
+    for lesson in judged.values():
+        assert set(lesson.experiments) <= set(lessons.EXPERIMENTS)
 
 
 def test_each_comparison_figure_has_few_enough_curves_to_follow():
@@ -92,11 +95,11 @@ def test_table_is_mean_and_std_over_seeds(tmp_path):
     assert cells[5] == "0.775 ± 0.000" and cells[7] == "25.5 ± 0.0" and cells[-1] == "2.0 ± 0.0"  # reward and length of the last 10 steps
 
 
-def test_the_table_and_the_figures_find_seeds_by_plots_one_rule(tmp_path, monkeypatch):
-    """experiments.py has no rule of its own for seed folders: what plot.seed_folders names is what it reads."""
+def test_the_table_and_the_figures_find_seeds_by_one_rule(tmp_path, monkeypatch):
+    """experiments.py has no rule of its own for seed folders: what run_folders.seed_folders names is what it reads."""
     for name in ("default/seed0", "default/seed1", "default/run_a", "onpolicy/run_a"):
         write_run(tmp_path / name, [0.25, 0.75, 0.7])
-    monkeypatch.setattr(plot, "seed_folders", lambda folder: [os.path.join(folder, "run_a")]
+    monkeypatch.setattr(run_folders, "seed_folders", lambda folder: [os.path.join(folder, "run_a")]
                         if os.path.isdir(os.path.join(folder, "run_a")) else [])  # a rule other than seed<k>
     table = report.table(str(tmp_path)).splitlines()
     assert [l.split("|")[1:3] for l in table if l.startswith(("| default", "| onpolicy"))] == \
@@ -112,8 +115,9 @@ def test_lessons_count_the_seeds_where_they_hold(tmp_path, monkeypatch):
     for seed, end in [(0, 0.3), (1, 0.5)]:
         write_run(tmp_path / "onpolicy" / f"seed{seed}", [0.2, 0.8, end])
         write_run(tmp_path / "default" / f"seed{seed}", [0.2, 0.8, 0.8])
-    monkeypatch.setattr(report, "LESSONS", {"falls": (["onpolicy", "default"],
-                                                      lambda b, c: b["peak"] - b["final"] >= 0.4, "a claim")})
+    falls = lessons.Lesson(["onpolicy", "default"], lambda b, c: b["peak"] - b["final"] >= 0.4, "a claim")
+    monkeypatch.setattr(lessons, "LESSONS", {"falls": falls})
+    monkeypatch.setattr(lessons, "FIELD", {})  # no variant: each stands beside a lesson of the chapter's
     text = report.table(str(tmp_path))
     assert "**falls** (a claim): held in 1 of 2 seeds" in text
     assert "| 0 | 80.0% (10) -> 30.0% | 80.0% (10) -> 80.0% | yes |" in text  # seed, peak (step) -> final, held
@@ -127,10 +131,10 @@ def test_the_runaway_lesson_asks_for_the_signs_of_the_books_7_3_log():
     broken = {"peak": 0.9, "final": 0.85, "entropy_peak": 3.0, "ln_vocab": math.log(287), "truncated_peak": 0.2,
               "sampled_peak": 0.75, "sampled_final": 0.4}
     fixed = {"peak": 0.9, "final": 0.85, "sampled_peak": 0.85, "sampled_final": 0.8}
-    assert report.runs_away(broken, fixed)
+    assert lessons.runs_away(broken, fixed)
     for change in ({"entropy_peak": 2.8}, {"sampled_final": 0.61}, {"sampled_peak": 0.54}, {"sampled_peak": None}):
-        assert not report.runs_away({**broken, **change}, fixed), change
-    assert not report.runs_away(broken, {**fixed, "sampled_final": 0.54})  # ends < 15 below the fix
+        assert not lessons.runs_away({**broken, **change}, fixed), change
+    assert not lessons.runs_away(broken, {**fixed, "sampled_final": 0.54})  # ends < 15 below the fix
 
 
 def test_the_format_lesson_asks_that_the_ungated_reward_hides_what_the_gated_one_shows():
@@ -140,12 +144,12 @@ def test_the_format_lesson_asks_that_the_ungated_reward_hides_what_the_gated_one
                "reward_low_after_peak": 1.1}
     gated = {"sampled_peak": 0.8, "sampled_final": 0.4, "reward_format_end": 0.5, "reward_peak50": 1.0,
              "reward_low_after_peak": 0.3}
-    assert report.reward_hides_the_collapse(ungated, gated)
+    assert lessons.reward_hides_the_collapse(ungated, gated)
     for run, change in ((ungated, {"sampled_final": 0.7}), (gated, {"sampled_final": 0.7}),
                         (ungated, {"reward_format_end": 0.9}), (ungated, {"reward_low_after_peak": 0.69}),
                         (gated, {"reward_low_after_peak": 0.5})):
         u, g = ({**ungated, **change}, gated) if run is ungated else (ungated, {**gated, **change})
-        assert not report.reward_hides_the_collapse(u, g), change
+        assert not lessons.reward_hides_the_collapse(u, g), change
 
 
 def test_run_summary_reads_the_runaway_numbers(tmp_path):
@@ -178,7 +182,7 @@ def test_first_moves_says_which_metric_moved_when():
 
 
 def test_every_listed_command_gives_each_flag_once():
-    for name in experiments.EXPERIMENTS:
+    for name in lessons.EXPERIMENTS:
         flags = [t for t in experiments.train_flags(name) if t.startswith("--")]
         assert len(flags) == len(set(flags)), (name, flags)
     # a later list replaces an earlier value, in the earlier place
@@ -187,7 +191,7 @@ def test_every_listed_command_gives_each_flag_once():
 
 def test_an_experiment_named_after_a_recipe_runs_that_recipe():
     import grpo
-    for name, (flags, _) in experiments.EXPERIMENTS.items():
+    for name, (flags, _) in lessons.EXPERIMENTS.items():
         recipe = name if name in grpo.RECIPES else name.split("_")[0] if name.startswith("book") else None
         if recipe:
             assert flags[flags.index("--recipe") + 1] == recipe, name
@@ -200,9 +204,9 @@ def test_a_lesson_name_runs_its_experiments(monkeypatch, tmp_path):
                                                 "--jobs", "2", "--figures", str(tmp_path / "fig")])
     args.extra = []
     experiments.main(args)
-    assert [(r.name, r.seed) for r in ran] == [(n, s) for n in report.LESSONS["naive_kl"][0] for s in (0, 1)]
+    assert [(r.name, r.seed) for r in ran] == [(n, s) for n in lessons.LESSONS["naive_kl"].experiments for s in (0, 1)]
     assert experiments.experiment_names(["fixes"]) == list(dict.fromkeys(
-        n for lesson, (names, _, _) in report.LESSONS.items() if lesson.startswith("fix_") for n in names))
+        n for fix in lessons.FIXES.values() for n in (fix.without, fix.with_)))
 
 
 def test_an_unknown_name_is_a_usage_error_in_one_line():
@@ -227,12 +231,12 @@ def test_run_summary_reads_the_rewards_50_step_peak_and_its_lowest_mean_after(tm
     assert s["reward_format_end"] == pytest.approx(0.95) and s["bonus"] > 0
 
 
-@pytest.mark.parametrize("item", list(report.FIXES))
+@pytest.mark.parametrize("item", list(lessons.FIXES))
 def test_each_fix_pair_differs_in_its_own_flags_and_nothing_else(item):
     """fix_<item>: its two runs resolve to the same train.py flags (recipe and defaults filled in)
     but for the item's own, so that what moves between them is the item's doing."""
-    without, with_ = report.LESSONS["fix_" + item][0]
-    assert (without, with_) == report.FIXES[item][3]
+    without, with_ = dict(lessons.judged())["fix_" + item].experiments
+    assert (without, with_) == (lessons.FIXES[item].without, lessons.FIXES[item].with_)
     a, b = (vars(cli.parse_args(experiments.command(n, 0, "runs/exp")[2:])[1]) for n in (without, with_))
     differ = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"runs_dir", "typed_flags"}  # where it ran, what was typed
     own = {"dynamic_sampling": {"dynamic_sampling"}, "token_mean": {"loss_agg"}, "drgrpo": {"loss_agg", "adv_norm"},
@@ -244,11 +248,11 @@ def test_each_fix_pair_differs_in_its_own_flags_and_nothing_else(item):
     assert differ == own, (item, differ)
 
 
-@pytest.mark.parametrize("method", list(report.FIELD))
+@pytest.mark.parametrize("method", list(lessons.FIELD))
 def test_each_field_variant_differs_from_its_run_without_in_its_own_flags_and_nothing_else(method):
     """field_<method>: its run and the run without it (the one the chapter's lesson or fix beside it is judged
     against) resolve to the same train.py flags but for the method's own, so that what moves is the method's doing."""
-    without, with_ = report.LESSONS["field_" + method][0]
+    without, with_ = lessons.FIELD[method].experiments
     a, b = (vars(cli.parse_args(experiments.command(n, 0, "runs/exp")[2:])[1]) for n in (without, with_))
     differ = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"runs_dir", "typed_flags"}
     own = {"sapo": {"objective", "ratio_level", "clip"},  # clip: inf without, the book's 10 with, which SAPO never reads
@@ -264,18 +268,19 @@ def test_each_field_variant_differs_from_its_run_without_in_its_own_flags_and_no
 
 def test_the_field_group_runs_each_variant_and_the_runs_without_them():
     names = experiments.experiment_names(["field"])
-    assert set(names) == {n for _, _, _, run in report.FIELD.values() for n in (run,)} | \
-        {report.LESSONS[beside][0][0] for _, _, beside, _ in report.FIELD.values()}
+    judged = dict(lessons.judged())
+    assert set(names) == {variant.run for variant in lessons.FIELD.values()} | \
+        {judged[variant.beside].experiments[0] for variant in lessons.FIELD.values()}
     assert not set(names) & set(experiments.experiment_names(["lessons"])) - {"book_noclip", "book_kl"}
 
 
 def test_every_fix_has_a_gate_that_run_summary_computes():
-    """Each fix's gate (GATES) is a number of run_summary's, so the table's gate column can be filled."""
-    assert set(report.GATES) == set(report.FIXES)
+    """Each fix's gates (lessons.Fix.gates) are numbers of run_summary's, so the table's gate column can be filled."""
+    assert all(fix.gates for fix in lessons.FIXES.values())
     rows = [{"step": 0, "eval_acc": 0.1}] + [{"step": t, "time": t, "zero_std_frac": 0.25, "logratio_std_token": 0.3}
                                              for t in range(1, 21)]
     summary = report.run_summary(rows)
-    assert all(key in summary for gates in report.GATES.values() for key, _ in gates)
+    assert all(key in summary for fix in lessons.FIXES.values() for key, _ in fix.gates)
     assert summary["mean_zero_std_frac"] == pytest.approx(0.25) and summary["early_logratio_std_token"] == pytest.approx(0.3)
 
 
@@ -381,7 +386,7 @@ def test_a_folder_with_other_flags_is_refused_naming_them_and_rerun_moves_it_asi
     (aside,) = [d for d in os.listdir(run.parent) if d.startswith("seed0.replaced-")]
     assert (run.parent / aside / "metrics.jsonl").read_bytes() == metrics  # the old run, kept
     assert [r["step"] for r in metrics_without_time(run / "metrics.jsonl")] == [0, 1, 2, 3]
-    assert [os.path.basename(d) for d in plot.seed_folders(str(run.parent))] == ["seed0"]  # the aside is not a seed
+    assert [os.path.basename(d) for d in run_folders.seed_folders(str(run.parent))] == ["seed0"]  # the aside is not a seed
 
 
 @pytest.mark.parametrize("argv,message", [

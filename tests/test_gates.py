@@ -4,7 +4,7 @@ or update whose expected value is worked out by hand below.
     python -m pytest -q tests/test_gates.py
 
 A fix's verdict reads a number of the run without it and with it, and its gates say whether the run without
-it had anything for the fix to act on (report.FIXES, report.GATES); run_summary averages what a step logs.
+it had anything for the fix to act on (lessons.FIXES, each Fix's gates); run_summary averages what a step logs.
 A gate on the wrong scale or over the wrong denominator still gives a plausible number, so each is checked
 at the value its formula gives, on cases chosen to tell the right scale and denominator from the wrong ones:
 
@@ -33,7 +33,7 @@ import pytest
 import torch
 
 import grpo
-import report
+import lessons
 import stats
 from config import GRPOConfig
 
@@ -167,10 +167,11 @@ def guard_table():
 
 
 def test_every_gate_and_fix_metric_has_a_guard_that_exists():
-    """Each number a fix is judged by (report.FIXES) and each gate (report.GATES) has a row in tests/README.md's
+    """Each number a fix is judged by (lessons.FIXES) and each of its gates (Fix.gates) has a row in tests/README.md's
     table, which names the test of its logged number and of run_summary's mean of it; each test named exists."""
     rows = guard_table()
-    keys = {fix[4] for fix in report.FIXES.values()} | {key for gates in report.GATES.values() for key, _ in gates}
+    keys = {fix.metric for fix in lessons.FIXES.values()} | {key for fix in lessons.FIXES.values()
+                                                               for key, _ in fix.gates}
     assert not keys - set(rows), f"gates or fix metrics without a row in tests/README.md: {sorted(keys - set(rows))}"
     for key, (_, tests) in rows.items():
         assert tests, key

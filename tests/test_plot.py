@@ -1,6 +1,6 @@
 """
-Tests for plot.py: smoothing on hand-computed cases, and the CLI on synthetic run
-folders (corrupt lines, several runs, missing metrics, missing folders).
+Tests for plot.py: smoothing on hand-computed cases (run_folders.py's trailing means), and the
+CLI on synthetic run folders (corrupt lines, several runs, missing metrics, missing folders).
 
     python -m pytest tests/test_plot.py -q
 """
@@ -18,6 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import plot  # noqa: E402
+import run_folders  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -58,31 +59,31 @@ def run_main(argv):
 def test_moving_average_hand_computed():
     # frac 0.5: windows max(1, floor(0.5 * (i+1))) = 1,1,1,2,2,3,3,4
     x = [2, 4, 6, 8, 10, 12, 14, 16]
-    assert plot.trailing_window(8, 0.5).tolist() == [1, 1, 1, 2, 2, 3, 3, 4]
+    assert run_folders.trailing_window(8, 0.5).tolist() == [1, 1, 1, 2, 2, 3, 3, 4]
     want = [2, 4, 6, (6 + 8) / 2, (8 + 10) / 2, (8 + 10 + 12) / 3, (10 + 12 + 14) / 3,
             (10 + 12 + 14 + 16) / 4]
-    np.testing.assert_allclose(plot.moving_average(x, 0.5), want)
+    np.testing.assert_allclose(run_folders.moving_average(x, 0.5), want)
     # default 25%: only the 8th point averages two values
-    np.testing.assert_allclose(plot.moving_average([1, 2, 3, 4, 5, 6, 7, 8]),
+    np.testing.assert_allclose(run_folders.moving_average([1, 2, 3, 4, 5, 6, 7, 8]),
                                [1, 2, 3, 4, 5, 6, 7, 7.5])
     # frac 0 and frac 1: raw values, and the running mean of everything so far
-    np.testing.assert_allclose(plot.moving_average(x, 0.0), x)
-    np.testing.assert_allclose(plot.moving_average(x, 1.0), np.cumsum(x) / np.arange(1, 9))
+    np.testing.assert_allclose(run_folders.moving_average(x, 0.0), x)
+    np.testing.assert_allclose(run_folders.moving_average(x, 1.0), np.cumsum(x) / np.arange(1, 9))
 
 
 def test_window_floor_is_not_fooled_by_float_error():
-    assert plot.trailing_window(30, 0.1)[[28, 29]].tolist() == [2, 3]
-    assert plot.trailing_window(100, 0.29)[99] == 29  # 0.29 * 100 = 28.999999999999996 in floats
-    assert plot.trailing_window(100, 0.58)[[48, 49]].tolist() == [28, 29]  # 0.58 * 50 = 28.999...
+    assert run_folders.trailing_window(30, 0.1)[[28, 29]].tolist() == [2, 3]
+    assert run_folders.trailing_window(100, 0.29)[99] == 29  # 0.29 * 100 = 28.999999999999996 in floats
+    assert run_folders.trailing_window(100, 0.58)[[48, 49]].tolist() == [28, 29]  # 0.58 * 50 = 28.999...
 
 
 def test_moving_average_is_trailing_and_matches_loop():
     x = np.random.default_rng(1).normal(size=37)
-    full = plot.moving_average(x, 0.25)
+    full = run_folders.moving_average(x, 0.25)
     loop = [x[i + 1 - max(1, int(0.25 * (i + 1))): i + 1].mean() for i in range(37)]
     np.testing.assert_allclose(full, loop, rtol=1e-12)
     # later points never change the smoothed past (re-plotting a live run is stable)
-    np.testing.assert_allclose(plot.moving_average(x[:20], 0.25), full[:20], rtol=1e-12)
+    np.testing.assert_allclose(run_folders.moving_average(x[:20], 0.25), full[:20], rtol=1e-12)
 
 
 # ----------------------------------------------------------------------------------
@@ -96,7 +97,7 @@ def test_corrupt_lines_are_skipped_with_warning(tmp_path, capsys):
     lines[5] = '{"step": 5, "loss": oops}'  # corrupt line in the middle (line 6)
     path.write_text("\n".join(lines))
 
-    recs = plot.read_metrics(path)
+    recs = run_folders.read_metrics(path)
     err = capsys.readouterr().err
     assert [r["step"] for r in recs] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12]
     assert f"{path}:6: skipped corrupt line" in err
@@ -112,7 +113,7 @@ def test_null_and_nonnumeric_values_are_skipped(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(
         '{"step": 1, "loss": null}\n{"step": 2, "loss": 0.5}\n'
         '{"step": 3, "loss": "nan?"}\n{"step": 4, "loss": NaN}\n{"step": 5, "loss": true}\n')
-    steps, values = plot.series(plot.read_metrics(tmp_path / "metrics.jsonl"), "loss")
+    steps, values = run_folders.series(run_folders.read_metrics(tmp_path / "metrics.jsonl"), "loss")
     assert steps.tolist() == [2.0] and values.tolist() == [0.5]
 
 

@@ -27,7 +27,7 @@ def test_a_run_imports_the_pipelines_files_through_every_kind_of_import():
     files = provenance.source_files()
     assert {"train.py", "grpo.py", "rewards.py", "rollouts.py", "model.py", "kernels/__init__.py", "kernels/logprobs.py",
             "kernels/linear_logprobs.py", "provenance.py"} <= set(files)
-    assert not {"plot.py", "report.py", "experiments.py"} & set(files)
+    assert not {"plot.py", "run_folders.py", "lessons.py", "report.py", "experiments.py"} & set(files)
     assert not any(f.startswith(("tests/", "docs/", "bench/")) for f in files)
 
 

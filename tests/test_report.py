@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+import lessons
 import report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,8 +36,16 @@ def test_the_recorded_runs_are_one_code_on_one_machine_under_its_roundings():
     records = report.load_results()
     assert len({r["commit"] for r in records}) == 1 and "+changes" not in records[0]["commit"]
     assert len({r["machine"] for r in records}) == 1
-    lessons = {n for lesson in report.NUMBERED for n in report.LESSONS[lesson][0]}
-    assert {r["experiment"] for r in records if r["rounding"] != "plain"} <= lessons | set(report.LESSONS["naive_kl_reuse"][0])
+    numbered = {n for lesson in lessons.NUMBERED for n in lessons.LESSONS[lesson].experiments}
+    assert {r["experiment"] for r in records if r["rounding"] != "plain"} <= \
+        numbered | set(lessons.LESSONS["naive_kl_reuse"].experiments)
+
+
+def test_report_reads_runs_without_importing_matplotlib():
+    """report.py reads metrics files through run_folders.py: importing it, in a fresh process, loads no plotting."""
+    out = subprocess.run([sys.executable, "-c", "import sys, report; print('matplotlib' in sys.modules)"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == "False\n", out.stderr
 
 
 def copy_pages(tmp_path):
@@ -154,7 +163,7 @@ def write_curve(folder, evals, machine="x86_64, 2 CPUs (AMD EPYC), AVX512", roun
 def test_check_compares_numbers_on_the_records_machine_and_verdicts_under_another_rounding_or_machine(tmp_path):
     """On the record's machine and rounding: number by number. Under another rounding (runs/exp-avx2), or on
     another machine: where each side ran, and each lesson's verdict here against the record's, seed by seed."""
-    broken, fixed = report.LESSONS["instability"][0]
+    broken, fixed = lessons.LESSONS["instability"].experiments
     records = [report.run_record(name, 0, write_curve(tmp_path / "exp" / name / "seed0", evals), [])
                for name, evals in ((broken, [0.3, 0.7, 0.3]), (fixed, [0.3, 0.7, 0.7]))]  # held: falls 40 points
     lines, checked = report.check_runs(records, str(tmp_path / "exp"))

@@ -1,11 +1,11 @@
 """The verdicts EXPERIMENTS.md prints ("held in 3 of 3"), each held to a hand-made case: every
-lesson and fix check in report.LESSONS, the run_summary numbers they and the tables read,
+lesson, fix and variant check of lessons.py, the run_summary numbers they and the tables read,
 and a run that lacks one of those numbers.
 
     python -m pytest -q tests/test_verdicts.py
 
-The checks are tested once, over LESSONS: a lesson added later is covered as it is, and a
-lesson judged by a new rule fails here until its rule has a hand-made pair in HOLDING.
+The checks are tested once, over lessons.judged(): a lesson, fix or variant added later is covered
+as it is, and a lesson judged by a new rule fails here until its rule has a hand-made pair in HOLDING.
 """
 import json
 import math
@@ -14,6 +14,7 @@ import statistics
 import pytest
 
 
+import lessons
 import report
 
 # A pair of summaries (broken, fixed) that holds, for each rule a lesson is judged by, and pairs
@@ -26,17 +27,17 @@ UNGATED = {"sampled_peak": 0.8, "sampled_final": 0.3, "reward_format_end": 0.97,
 GATED = {"sampled_peak": 0.8, "sampled_final": 0.4, "reward_format_end": 0.5, "reward_peak50": 1.0,
          "reward_low_after_peak": 0.3}
 HOLDING = {
-    report.broken_vs_fixed: ({"peak": 0.70, "final": 0.40}, {"peak": 0.72, "final": 0.65}),
-    report.runs_away: (RUNAWAY, STAYED),
-    report.reward_hides_the_collapse: (UNGATED, GATED),
+    lessons.broken_vs_fixed: ({"peak": 0.70, "final": 0.40}, {"peak": 0.72, "final": 0.65}),
+    lessons.runs_away: (RUNAWAY, STAYED),
+    lessons.reward_hides_the_collapse: (UNGATED, GATED),
 }
 NEAR = {
-    report.broken_vs_fixed: [({"peak": 0.70, "final": 0.56}, {"peak": 0.72, "final": 0.72}),  # falls 14 points
+    lessons.broken_vs_fixed: [({"peak": 0.70, "final": 0.56}, {"peak": 0.72, "final": 0.72}),  # falls 14 points
                                   ({"peak": 0.70, "final": 0.40}, {"peak": 0.72, "final": 0.54})],  # ends 14 below
-    report.runs_away: [({**RUNAWAY, "entropy_peak": 2.45}, STAYED),  # entropy just under half of ln V
+    lessons.runs_away: [({**RUNAWAY, "entropy_peak": 2.45}, STAYED),  # entropy just under half of ln V
                             ({**RUNAWAY, "sampled_final": 0.61}, STAYED),  # sampled accuracy falls 14 points
                             (RUNAWAY, {**STAYED, "sampled_final": 0.54})],  # ends 14 below the fix
-    report.reward_hides_the_collapse: [({**UNGATED, "sampled_final": 0.66}, GATED),  # falls 14 points
+    lessons.reward_hides_the_collapse: [({**UNGATED, "sampled_final": 0.66}, GATED),  # falls 14 points
                                             (UNGATED, {**GATED, "sampled_final": 0.66}),
                                             ({**UNGATED, "reward_format_end": 0.9}, GATED),  # not above 0.9
                                             ({**UNGATED, "reward_low_after_peak": 0.69}, GATED),  # under half its peak
@@ -49,44 +50,49 @@ TYPICAL = {"mean_signal_groups": 2.8, "late_resp_len_wrong": 21.4, "mean_truncat
            "clipped_steps": 0.2}
 
 
-def fix_pair(lesson, gain):
-    """(without, with) for fix_<item>: the with-run moves its metric the fix's way by `gain` times
+JUDGED = dict(lessons.judged())  # every lesson, fix (fix_<item>) and variant (field_<method>), by its name
+
+
+def fix_pair(fix, gain):
+    """(without, with) for a fix: the with-run moves its metric the fix's way by `gain` times
     its margin, every other number the same."""
-    _, _, _, _, key, side, (size, unit) = report.FIXES[lesson[len("fix_"):]]
+    key, (size, unit) = fix.metric, fix.margin
     without = {k: TYPICAL.get(k, 0.5) for k in {key, *TYPICAL}}
     need = size * abs(without[key]) if unit == "relative" else size
-    return without, {**without, key: without[key] + gain * need * (1 if side == "higher" else -1)}
+    return without, {**without, key: without[key] + gain * need * (1 if fix.side == "higher" else -1)}
 
 
 def holding_pair(lesson):
-    if lesson.startswith("field_"):  # a variant of the field: judged as the lesson or fix it stands beside
-        return holding_pair(report.FIELD[lesson[len("field_"):]][2])
-    if lesson.startswith("fix_"):
-        return fix_pair(lesson, 1.1)
-    check = report.LESSONS[lesson][1]
+    judged = JUDGED[lesson]
+    if isinstance(judged, lessons.Variant):  # a variant of the field: judged as the lesson or fix it stands beside
+        return holding_pair(judged.beside)
+    if isinstance(judged, lessons.Fix):
+        return fix_pair(judged, 1.1)
+    check = judged.check
     assert check in HOLDING, f"{lesson}: its rule {check.__name__} needs a hand-made pair in HOLDING and NEAR"
     return HOLDING[check]
 
 
 def near_pairs(lesson):
-    if lesson.startswith("field_"):
-        return near_pairs(report.FIELD[lesson[len("field_"):]][2])
-    return [fix_pair(lesson, 0.9)] if lesson.startswith("fix_") else NEAR[report.LESSONS[lesson][1]]
+    judged = JUDGED[lesson]
+    if isinstance(judged, lessons.Variant):
+        return near_pairs(judged.beside)
+    return [fix_pair(judged, 0.9)] if isinstance(judged, lessons.Fix) else NEAR[judged.check]
 
 
-@pytest.mark.parametrize("lesson", list(report.LESSONS))
+@pytest.mark.parametrize("lesson", list(JUDGED))
 def test_a_lesson_holds_on_its_hand_made_pair_and_not_on_the_pair_reversed(lesson):
-    check = report.LESSONS[lesson][1]
+    check = JUDGED[lesson].check
     broken, fixed = holding_pair(lesson)
     assert check(broken, fixed)
     assert not check(fixed, broken)
 
 
-@pytest.mark.parametrize("lesson", list(report.LESSONS))
+@pytest.mark.parametrize("lesson", list(JUDGED))
 def test_a_lesson_does_not_hold_on_identical_runs_nor_with_one_number_1_percent_off(lesson):
     """Two runs that differ by what two seeds of one run differ by prove nothing: not the same
     summary twice, nor the same with any one of its numbers 1% higher or lower, either way round."""
-    check = report.LESSONS[lesson][1]
+    check = JUDGED[lesson].check
     for run in holding_pair(lesson):
         assert not check(run, dict(run))
         for key, value in run.items():
@@ -95,19 +101,19 @@ def test_a_lesson_does_not_hold_on_identical_runs_nor_with_one_number_1_percent_
                 assert not check(run, moved) and not check(moved, run), (key, factor)
 
 
-@pytest.mark.parametrize("lesson", list(report.LESSONS))
+@pytest.mark.parametrize("lesson", list(JUDGED))
 def test_a_lesson_does_not_hold_on_a_pair_inside_its_margin(lesson):
-    check = report.LESSONS[lesson][1]
+    check = JUDGED[lesson].check
     for broken, fixed in near_pairs(lesson):
         assert not check(broken, fixed), (broken, fixed)
 
 
-@pytest.mark.parametrize("lesson", list(report.LESSONS))
+@pytest.mark.parametrize("lesson", list(JUDGED))
 def test_a_lesson_whose_run_lacks_a_number_names_it_or_does_not_read_it(lesson):
     """Any one number of a holding pair missing (absent, None or nan: an old or interrupted run):
     the verdict either still holds, the check not reading it, or names that number and that run;
     never a plain "no"."""
-    check, names = report.LESSONS[lesson][1], ["broken", "fixed"]
+    check, names = JUDGED[lesson].check, ["broken", "fixed"]
     pair = holding_pair(lesson)
     for i, run in enumerate(pair):
         for key in run:
@@ -121,9 +127,9 @@ def test_a_lesson_whose_run_lacks_a_number_names_it_or_does_not_read_it(lesson):
 def recorded_without(item):
     """The number a fix is judged by, in its run without the fix, seeds 0, 1 and 2, as results.jsonl records
     it (the runs EXPERIMENTS.md's tables are written from)."""
-    (without, _), key = report.FIXES[item][3], report.FIXES[item][4]
-    runs = report.summaries_from_results(report.load_results()).get(without, {})
-    return [runs[f"seed{s}"][key] for s in (0, 1, 2) if f"seed{s}" in runs]
+    fix = lessons.FIXES[item]
+    runs = report.summaries_from_results(report.load_results()).get(fix.without, {})
+    return [runs[f"seed{s}"][fix.metric] for s in (0, 1, 2) if f"seed{s}" in runs]
 
 
 def round_up(x, digits=2):
@@ -132,31 +138,34 @@ def round_up(x, digits=2):
     return math.ceil(round(x / scale, 9)) * scale
 
 
-@pytest.mark.parametrize("item", list(report.FIXES))
+@pytest.mark.parametrize("item", list(lessons.FIXES))
 def test_each_fix_asks_twice_the_spread_of_the_runs_without_it_and_says_so(item):
     """The margin is not tuned until a fix passes: it is twice the std over seeds of the run without
     it (relative margins: twice the std over the mean), rounded up to two digits, from the recorded
     runs alone, and the claim gives it."""
-    size, unit = report.FIXES[item][-1]
+    size, unit = lessons.FIXES[item].margin
     seeds = recorded_without(item)
     assert len(seeds) == 3, f"{item}: results.jsonl records {len(seeds)} seeds of its run without the fix"
     spread = statistics.stdev(seeds) / (statistics.mean(seeds) if unit == "relative" else 1)
     assert size == pytest.approx(round_up(2 * spread)), (item, size, 2 * spread)
-    assert report.margin_text(size, unit) in report.LESSONS["fix_" + item][2]
+    assert lessons.margin_text(size, unit) in lessons.FIXES[item].claim
 
 
-@pytest.mark.parametrize("method", list(report.FIELD))
+@pytest.mark.parametrize("method", list(lessons.FIELD))
 def test_each_field_variant_is_judged_by_the_check_and_margin_of_the_chapters_answer_beside_it(method):
-    """A variant of the field (report.FIELD) is held to the very check of the lesson or fix it stands beside: the
+    """A variant of the field (lessons.FIELD) is held to the very check of the lesson or fix it stands beside: the
     same run without, the same number, moved the same way by the same margin (a fix's margin is twice its run
     without's spread, test_each_fix_asks_twice_...; a lesson's, 15 points). Only its own run differs."""
-    _, _, beside, run = report.FIELD[method]
-    names, check, claim = report.LESSONS["field_" + method]
-    assert check is report.LESSONS[beside][1] and names == [report.LESSONS[beside][0][0], run]
-    assert report.LESSONS[beside][2] in claim
-    if beside.startswith("fix_"):
-        size, unit = report.FIXES[beside[len("fix_"):]][-1]
-        assert report.margin_text(size, unit) in claim
+    variant = lessons.FIELD[method]
+    beside = JUDGED[variant.beside]  # the lesson or fix, by its name on the command line
+    assert isinstance(beside, (lessons.Lesson, lessons.Fix))
+    # the very check: the lesson's own function, or the fix's own method of that same fix (== : the same function
+    # bound to the same record)
+    assert variant.check == beside.check and variant.experiments == [beside.experiments[0], variant.run]
+    assert beside.claim in variant.claim
+    if isinstance(beside, lessons.Fix):
+        size, unit = beside.margin
+        assert lessons.margin_text(size, unit) in variant.claim
 
 
 def test_the_field_table_says_not_run_yet_and_counts_seeds_where_runs_exist():
@@ -164,7 +173,7 @@ def test_the_field_table_says_not_run_yet_and_counts_seeds_where_runs_exist():
     summaries = {"lag_decoupled": {"seed0": s(0.4), "seed1": s(0.45)},
                  "lag_decoupled_icepop": {"seed0": s(0.05), "seed1": s(0.4)}}
     rows = {line.split(" | ")[0][2:]: line for line in report.field_table(summaries).splitlines()[2:]}
-    assert set(rows) == set(report.FIELD)
+    assert set(rows) == set(lessons.FIELD)
     assert "| 40% -> 5%, 45% -> 40% | 1 of 2 |" in rows["icepop"]  # 35 points down, then 5 (< 13)
     assert rows["sapo"].endswith("| not run yet | - |") and "| instability (not run yet) |" in rows["sapo"]
 
@@ -268,9 +277,9 @@ def test_run_summary_gives_each_number_a_verdict_reads(key, value, how):
 
 def test_every_number_a_fix_is_judged_by_has_a_hand_made_answer():
     keys = {e[0] for e in EXPECTED}
-    assert {fix[4] for fix in report.FIXES.values()} <= keys
+    assert {fix.metric for fix in lessons.FIXES.values()} <= keys
     assert {k for k, _, _ in report.COLUMNS} <= keys
-    assert {key for gates in report.GATES.values() for key, _ in gates} <= keys  # the fixes table's gates
+    assert {key for fix in lessons.FIXES.values() for key, _ in fix.gates} <= keys  # the fixes table's gates
     assert {"clipped_steps", "mean_sampler_kl_k3", "eval_low", "final"} <= keys  # the stale negatives' table
 
 
@@ -312,7 +321,7 @@ def test_a_run_that_lacks_a_number_is_named_with_it_not_counted_and_the_table_go
 
 
 def test_a_check_on_a_number_that_is_nan_is_not_judged_rather_than_not_held():
-    check = report.LESSONS["fix_kl_reweight"][1]
+    check = lessons.FIXES["kl_reweight"].check
     held, why = report.judge(check, [{"kl_bias": math.nan}, {"kl_bias": 0.01}], ["kl_reuse", "kl_reuse_reweight"])
     assert not held and why == "kl_reuse has no kl_bias"
     assert report.judge(check, [{}, {"kl_bias": None}], ["a", "b"]) == (False, "a and b have no kl_bias")
