@@ -136,6 +136,8 @@ TITLES = {
     "neg_sampler_kl": "wrong answers' distance from the sampler", "neg_far_frac": "answers a mask at 0.1 would drop",
     "pg_k1": "the policy gradient as a naive KL's beta", "logratio_std_token": "spread of log pi / pi_old, tokens",
     "logratio_std_seq": "spread of log pi / pi_old, answers", "loss": "loss",
+    "entropy_coef": "the entropy bonus's coefficient", "is_masked_frac": "tokens whose IS weight was set to 0",
+    "rejected_frac": "tokens rejected as too far from the sampler",
 }
 # A metric whose every value lies below its floor here is float rounding, not a signal: its panel
 # is drawn from 0 to the floor and says so (sampler_gap: the KV-cache sampler and the learner's
