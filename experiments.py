@@ -370,9 +370,10 @@ def run_suite(runs, jobs, rerun=False, nproc=1):
 
 def stop(proc):
     """End a run's process after Ctrl-C. A terminal's Ctrl-C reaches it too: it stops on its own and its log says
-    so in one line; one that has not after 5 s (the suite alone was interrupted) is sent Ctrl-C's signal, and
-    one still running 30 s later is killed."""
-    for sig, wait in ((None, 5), (signal.SIGINT, 30), (signal.SIGKILL, None)):
+    so in one line; one that has not after 20 s (the suite alone was interrupted) is sent Ctrl-C's signal, and
+    one still running 30 s later is killed. (A second SIGINT while a run handles the first would print its
+    traceback; a SIGTERM at once, as this did, cut its one line off.)"""
+    for sig, wait in ((None, 20), (signal.SIGINT, 30), (signal.SIGKILL, None)):
         if sig is not None:
             proc.send_signal(sig)
         try:
