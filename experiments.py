@@ -371,8 +371,8 @@ def run_suite(runs, jobs, rerun=False, nproc=1):
 def stop(proc):
     """End a run's process after Ctrl-C. A terminal's Ctrl-C reaches it too: it stops on its own and its log says
     so in one line; one that has not after 20 s (the suite alone was interrupted) is sent Ctrl-C's signal, and
-    one still running 30 s later is killed. (A second SIGINT while a run handles the first would print its
-    traceback; a SIGTERM at once, as this did, cut its one line off.)"""
+    one still running 30 s later is killed. (A SIGTERM at once would cut its one line off, and a second SIGINT
+    while it handles the first would print a traceback.)"""
     for sig, wait in ((None, 20), (signal.SIGINT, 30), (signal.SIGKILL, None)):
         if sig is not None:
             proc.send_signal(sig)
