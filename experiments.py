@@ -544,8 +544,9 @@ def beside_figures(runs_dir, out_dir, names, label, edited):
         base, where = unmodified_runs(runs_dir, name)
         ours = f"{name}, {provenance.edit_label(label.split('+')) if edited else label}"
         if not base:
-            print(f"no runs of {name}'s unmodified code to draw beside {ours}: `git stash`, `python experiments.py "
-                  f"{name} --seeds ...`, `git stash pop`, then this command again")
+            make = (f"`git stash`, `python experiments.py {name} --seeds ...`, `git stash pop`" if edited else
+                    f"`python experiments.py {name} --seeds ...` (without --label)")
+            print(f"no runs of {name}'s unmodified code to draw beside {ours}: {make}, then this command again")
         metrics = next((m for members, m in COMPARISONS.values() if name in members), "eval_acc,reward,entropy,resp_len")
         os.makedirs(out_dir, exist_ok=True)
         drawn.append(os.path.join(out_dir, f"exp_{name}+{label}.png"))
