@@ -295,10 +295,7 @@ def state(run):
         return ("differs", ["no config.json beside its metrics.jsonl"]) if has_run else ("new", "")
     with open(config_path) as f:
         config = json.load(f)
-    differ = flags_that_differ(config, run.args)
-    rounding = config.get("rounding", provenance.rounding_name(config.get("threads", 1), {}))
-    if rounding != run.rounding:
-        differ.append(f"rounding: {rounding} there, {run.rounding} asked")
+    differ = what_differs(config, run)
     changed = provenance.code_changes(config)
     if changed:  # one curve comes from one version of the code: never skipped, never resumed under another
         differ.append(f"code: {provenance.changes_text(changed)}")
@@ -309,6 +306,16 @@ def state(run):
         return "finished", done
     ckpt = saved_step(run.folder) if not run.args.rollout_lag else None  # a lag's queue is not in a checkpoint
     return ("resume", ckpt) if ckpt else ("restart", done)
+
+
+def what_differs(config, run):
+    """['--flag: A there, B asked', 'rounding: A there, B asked'] between a run folder's config.json and the run
+    asked for (its code is state's and records_of's to judge)."""
+    differ = flags_that_differ(config, run.args)
+    rounding = config.get("rounding", provenance.rounding_name(config.get("threads", 1), {}))
+    if rounding != run.rounding:
+        differ.append(f"rounding: {rounding} there, {run.rounding} asked")
+    return differ
 
 
 RUN_FILES = ("config.json", *cli.RUN_LOGS)  # what a run killed before its first checkpoint leaves (and ckpt_step*)
@@ -583,20 +590,15 @@ def seeds_text(folders):
 
 def records_of(runs_dir, roundings=("plain",)):
     """results.jsonl's lines for each finished run in runs_dir (and its roundings' folders) that ran its
-    experiment's flags exactly, and the commit's code unedited. Any other run (--steps, flags after --, edited
-    code, not finished) is left out, and said on stderr with why."""
+    experiment's flags exactly, on a commit's code unedited (the record names the commit; a run of an earlier
+    commit is recorded as that commit's, and `check` re-runs it on this one). Any other run (--steps, flags
+    after --, edited code, not finished) is left out, and said on stderr with why."""
     records = []
     for rounding, name in ((rounding, name) for rounding in roundings for name in lessons.EXPERIMENTS):
         for folder in run_folders.seed_folders(os.path.join(provenance.rounding_dir(runs_dir, rounding), name)):
             seed = int(os.path.basename(folder)[4:])
             run = plan([name], [seed], runs_dir, roundings=[rounding])[0]
-            what, detail = state(run)
-            edited = None
-            if what == "finished":
-                with open(os.path.join(folder, "config.json")) as f:
-                    edited = (json.load(f).get("code") or {}).get("edited")
-            why = ("; ".join(detail) if what == "differs" else "not finished" if what != "finished"
-                   else f"{', '.join(edited)} edited" if edited else None)
+            why = unrecordable(folder, run)
             if why:
                 print(f"not recorded: {folder} ({why})", file=sys.stderr)
                 continue
@@ -604,6 +606,20 @@ def records_of(runs_dir, roundings=("plain",)):
             records.append(report.run_record(name, seed, folder, train_flags(name, seed, threads),
                                              profiled=name == "default"))
     return records
+
+
+def unrecordable(folder, run):
+    """Why a run folder cannot be recorded as its experiment's run, or None: no config.json, other flags or
+    rounding, not finished, or edited code (which no commit can run again)."""
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        return "no config.json beside its metrics.jsonl"
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    edited = (config.get("code") or {}).get("edited") or []
+    if str(config.get("commit")).endswith("+changes") and not config.get("code"):
+        edited = ["its code (commit +changes)"]
+    return ("; ".join(what_differs(config, run)) or ("not finished" if last_step(folder) < run.args.steps else None)
+            or (f"{', '.join(edited)} edited" if edited else None))
 
 
 # ---------------------------------------------------------------- the command line

@@ -19,7 +19,7 @@ import provenance
 import report
 
 
-def write_run(folder, steps, last, flags=(), config=True, rounding="plain", **logged):
+def write_run(folder, steps, last, flags=(), config=True, rounding="plain", code=None, **logged):
     """A run folder of `experiment` as experiments.py runs it (its config.json holds the resolved flags of the
     experiment with `flags` after --, at --steps `steps`), metrics.jsonl holding steps 0..last, an evaluation
     every 10 steps, and each of `logged` (name -> value or a function of the step) at every step."""
@@ -29,7 +29,7 @@ def write_run(folder, steps, last, flags=(), config=True, rounding="plain", **lo
         args = experiments.plan([name], [seed], "runs", steps, list(flags), roundings=[rounding])[0].args
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump({**vars(args), "commit": "0123456789ab", "machine": "x86_64", "rounding": rounding,
-                       "code": {"files": provenance.code_record()["files"], "edited": []}}, f)  # this code, unedited
+                       "code": code or {"files": provenance.code_record()["files"], "edited": []}}, f)  # unedited
     rows = [{"step": 0, "time": 0.0, "eval_acc": 0.3}]
     for s in range(1, last + 1):
         rows.append({"step": s, "time": 2.0 * s, "reward": s / last,
@@ -60,26 +60,30 @@ def test_table_write_records_only_the_finished_runs_of_their_experiments_flags_a
     write_run(str(tmp_path / "exp-threads2" / "onpolicy" / "seed1"), None, 100, rounding="threads2")  # recorded
     write_run(str(runs / "onpolicy" / "seed1"), None, 100, rounding="threads2")  # a threads2 run in plain's folder
     write_run(str(runs / "onpolicy" / "seed2"), None, 100, config=False)
+    write_run(str(runs / "kl_k3" / "seed1"), None, 100, code={"files": {"grpo.py": "0" * 16}, "edited": []})  # an
+    # earlier commit's code, unedited: recorded, as that commit's
+    write_run(str(runs / "kl_k3" / "seed2"), None, 100, code={"files": {}, "edited": ["grpo.py"]})  # edited code
     results = tmp_path / "results.jsonl"
     old = {"experiment": "kl_k3", "seed": 0, "rounding": "plain", "threads": 1, "flags": "", "summary": {"final": 0.5}}
     report.write_results([old, {**old, "experiment": "default", "summary": {"final": 0.1}}], str(results))
     table_write(runs, results)
     out, err = capsys.readouterr()
-    assert f"{results}: 2 runs recorded from {runs}" in out
+    assert f"{results}: 3 runs recorded from {runs}" in out
     assert sorted(err.splitlines()) == [
         f"not recorded: {runs / 'default' / 'seed1'} (not finished)",
         f"not recorded: {runs / 'default' / 'seed2'} (--steps: 30 there, 100 asked)",
+        f"not recorded: {runs / 'kl_k3' / 'seed2'} (grpo.py edited)",
         f"not recorded: {runs / 'onpolicy' / 'seed0'} (--lr: 0.0003 there, 0.0001 asked)",
         f"not recorded: {runs / 'onpolicy' / 'seed1'} (--threads: 2 there, 1 asked; rounding: threads2 there, plain "
         "asked)",
         f"not recorded: {runs / 'onpolicy' / 'seed2'} (no config.json beside its metrics.jsonl)"]
     records = report.load_results(str(results))
     assert [(r["experiment"], r["seed"], r["rounding"]) for r in records] == [
-        ("default", 0, "plain"), ("kl_k3", 0, "plain"), ("onpolicy", 1, "threads2")]
+        ("default", 0, "plain"), ("kl_k3", 0, "plain"), ("kl_k3", 1, "plain"), ("onpolicy", 1, "threads2")]
     default = records[0]
     assert default["summary"]["final"] == pytest.approx(0.8) and default["commit"] == "0123456789ab"  # the new one
     assert default["flags"] == " ".join(experiments.train_flags("default", 0, ["--threads", "1"]))
-    assert "profile" in default and "profile" not in records[2]  # the default run's profile, for docs/metrics.md
+    assert "profile" in default and "profile" not in records[3]  # the default run's profile, for docs/metrics.md
 
 
 # ------------------------------------------------------------------- check
