@@ -301,7 +301,7 @@ METRICS = {  # run_summary's keys, as the fixes table and the fixes' claims name
     "distinct_final": "different right answers a held-out problem in 16 samples, end",
     "sampler_entropy": "the sampled policy's entropy, last 10 steps",
     "think_half_step": "steps until half the sampled answers reason",
-    "clipped_steps": "steps whose largest gradient norm before clipping passed 1 (--max-grad-norm)",
+    "grad_limited_steps": "steps whose largest gradient norm passed its limit, 1 (--max-grad-norm)",
 }
 
 
@@ -366,7 +366,7 @@ FIXES = {
     "tis": Fix(
         numbers="6, as a sampler weight", fixes="a sampler that is not the policy the ratio starts from",
         regime="rollouts 4 steps old, pi_old the learner (decoupled), lr 3e-4",
-        without="lag_decoupled", with_="lag_decoupled_tis", metric="clipped_steps", side="lower",
+        without="lag_decoupled", with_="lag_decoupled_tis", metric="grad_limited_steps", side="lower",
         margin=(0.13, "points"),
         gates=[("mean_sampler_kl_k3", "KL(sampler || pi_old) a token"),
                ("mean_tis_weight_above_2", "tokens whose weight pi_old / pi_sampler passes the cap, 2")]),
@@ -400,12 +400,12 @@ FIXES = {
     "dual_clip": Fix(
         numbers="-", fixes="stale wrong answers made likelier: an unbounded loss",
         regime="rollouts 4 steps old, pi_old their sampler, lr 3e-4",
-        without="lag", with_="lag_dual_clip", metric="clipped_steps", side="lower", margin=(0.039, "points"),
+        without="lag", with_="lag_dual_clip", metric="grad_limited_steps", side="lower", margin=(0.039, "points"),
         gates=[("mean_neg_ratio_above_3", "of the wrong answers' tokens, the share with ratio > 3")]),
     "off_policy_mask": Fix(
         numbers="10", fixes="stale wrong answers far from the policy",
         regime="rollouts 4 steps old, pi_old the learner (decoupled), lr 3e-4",
-        without="lag_decoupled", with_="lag_decoupled_masked", metric="clipped_steps", side="lower",
+        without="lag_decoupled", with_="lag_decoupled_masked", metric="grad_limited_steps", side="lower",
         margin=(0.13, "points"),
         gates=[("mean_sampler_kl_k3", "KL(sampler || pi_old) a token"),
                ("mean_neg_far_frac", "answers the mask at delta 0.1 would drop")]),

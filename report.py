@@ -109,10 +109,10 @@ def run_summary(rows):
     think = trailing_means(rows, "reward_format", 3)
     out["think_half_step"] = next((s for s, m in zip(*think) if m >= 0.5), float("nan"))
     out["drop"] = out["peak"] - out["final"] if evals else float("nan")
-    # the steps whose largest gradient norm, before clipping, passed the default --max-grad-norm 1: the spikes
+    # the steps whose largest gradient norm passed the default --max-grad-norm 1: the spikes
     # the clip hides from the update
     spikes = [r["grad_norm_max"] > 1.0 for r in steps if run_folders.is_number(r.get("grad_norm_max"))]
-    out["clipped_steps"] = sum(spikes) / len(spikes) if spikes else float("nan")
+    out["grad_limited_steps"] = sum(spikes) / len(spikes) if spikes else float("nan")
     out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
     out["moves"] = first_moves(rows)
     return out
@@ -280,7 +280,7 @@ def field_table(summaries):
     return "\n".join(out)
 
 
-PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "clipped_steps", "mean_zero_std_frac",
+PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "grad_limited_steps", "mean_zero_std_frac",
                    "mean_tis_weight_mean", "mean_clip_high_lowp_frac", "mean_tis_weight_above_2", "mean_neg_far_frac",
                    "eval_low"}
 
@@ -660,7 +660,7 @@ def field_part(records, args, _):
     return field_table(summaries_from_results(records)) + "\n"
 
 
-SHORT_METRICS = {"clipped_steps": "steps whose gradient passed the clip", "kl_bias": "the KL estimate's bias",
+SHORT_METRICS = {"grad_limited_steps": "steps whose gradient norm passed its limit", "kl_bias": "the KL estimate's bias",
                  "distinct_final": "different right answers a problem", "sampler_entropy": "sampled entropy, nats"}
 
 
@@ -700,7 +700,7 @@ def by_seed_part(records, args, _):
 
 def stale_part(records, args, _):
     """`stale NAME ...`: what a stale sampler does to each experiment over its seeds (min-max): the share of
-    steps whose gradient norm passed the clip, the sampler's KL to pi_old a token, and greedy accuracy at its
+    steps whose gradient norm passed its limit, the sampler's KL to pi_old a token, and greedy accuracy at its
     lowest after step 0 and at the end."""
     summaries = summaries_from_results(records)
     out = ["| experiment | seeds | steps whose gradient norm passed 1 | KL(sampler \\|\\| pi_old) a token | "
@@ -709,7 +709,7 @@ def stale_part(records, args, _):
         runs = list(summaries.get(name, {}).values())
         if runs:
             col = lambda key, fmt: span([r.get(key) for r in runs], fmt)  # noqa: E731
-            out.append(f"| {name} | {len(runs)} | {col('clipped_steps', percent)} | "
+            out.append(f"| {name} | {len(runs)} | {col('grad_limited_steps', percent)} | "
                        f"{col('mean_sampler_kl_k3', lambda x: f'{x:.3f}')} | {col('eval_low', percent)} | "
                        f"{col('final', percent)} |")
     return "\n".join(out) + "\n"

@@ -21,7 +21,7 @@ from distributed import all_max, all_sum
 @torch.no_grad()
 def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_exact=None, adv=None,
                  sampler_logp=None):
-    """Record one update: the loss terms, the gradient norm before clipping (grad_norm, the updates'
+    """Record one update: the loss terms, the gradient norm before its limit (grad_norm, the updates'
     mean, and grad_norm_max: --max-grad-norm keeps a spike out of the update, not out of the log),
     the learner's entropy, and how far the policy has drifted from the one that sampled: the ratio's
     mean / min / max, the share of tokens where each side of the objective's clip binds (clip_frac:

@@ -316,7 +316,7 @@ BUGS = [
   "tests/test_verdicts.py -k lesson"),
  ("verdicts: a relative margin read as points", "lessons.py", 'better(self.metric, self.side == "higher", size, unit == "relative")', 'better(self.metric, self.side == "higher", size)',
   "tests/test_verdicts.py -k lesson"),
- ("verdicts: a margin below twice its seeds' spread", "lessons.py", 'with_="lag_decoupled_tis", metric="clipped_steps", side="lower",\n        margin=(0.13, "points")', 'with_="lag_decoupled_tis", metric="clipped_steps", side="lower",\n        margin=(0.03, "points")',
+ ("verdicts: a margin below twice its seeds' spread", "lessons.py", 'with_="lag_decoupled_tis", metric="grad_limited_steps", side="lower",\n        margin=(0.13, "points")', 'with_="lag_decoupled_tis", metric="grad_limited_steps", side="lower",\n        margin=(0.03, "points")',
   "tests/test_verdicts.py -k spread"),
  ("verdicts: kl_bias as the mean of the absolute errors", "report.py", 'out["kl_bias"] = abs(mean(errors))', 'out["kl_bias"] = mean(abs(e) for e in errors)',
   "tests/test_verdicts.py -k run_summary"),

@@ -47,7 +47,7 @@ NEAR = {
 TYPICAL = {"mean_signal_groups": 2.8, "late_resp_len_wrong": 21.4, "mean_truncated_frac": 0.22, "sampled_final": 0.40,
            "drop": 0.80, "kl_bias": 0.19, "sampler_entropy": 3.5,
            "think_half_step": 15, "distinct_final": 2.0,
-           "clipped_steps": 0.2}
+           "grad_limited_steps": 0.2}
 
 
 JUDGED = dict(lessons.judged())  # every lesson, fix (fix_<item>) and variant (field_<method>), by its name
@@ -169,7 +169,7 @@ def test_each_field_variant_is_judged_by_the_check_and_margin_of_the_chapters_an
 
 
 def test_the_field_table_says_not_run_yet_and_counts_seeds_where_runs_exist():
-    s = lambda v: {"clipped_steps": v}  # noqa: E731
+    s = lambda v: {"grad_limited_steps": v}  # noqa: E731
     summaries = {"lag_decoupled": {"seed0": s(0.4), "seed1": s(0.45)},
                  "lag_decoupled_icepop": {"seed0": s(0.05), "seed1": s(0.4)}}
     rows = {line.split(" | ")[0][2:]: line for line in report.field_table(summaries).splitlines()[2:]}
@@ -252,7 +252,7 @@ EXPECTED = [  # (run_summary key, value, how it is known)
     ("kl_bias", 0.05, "|mean of the errors (+0.2, -0.1 by turns)|: what re-weighting removes"),
     ("kl_error", 0.15, "mean of |error|: the bias and the noise together"),
     ("mean_grad_norm_max", 1.5, "over the run: 50 steps at 2.0, 50 at 1.0"),
-    ("clipped_steps", 0.5, "steps above 1: the 50 at 2.0; the 50 at exactly 1.0 are not"),
+    ("grad_limited_steps", 0.5, "steps above 1: the 50 at 2.0; the 50 at exactly 1.0 are not"),
     ("think_half_step", 81, "the first 3-step mean of reward_format at or above 0.5: (0.4 + 0.4 + 0.8) / 3"),
     ("eval_low", 0.4, "the lowest evaluation after the start, step 100's; not step 0's 0.3"),
     ("mean_zero_std_frac", 0.375, "over the run: 50 steps at 0.5, 50 at 0.25"),
@@ -280,7 +280,7 @@ def test_every_number_a_fix_is_judged_by_has_a_hand_made_answer():
     assert {fix.metric for fix in lessons.FIXES.values()} <= keys
     assert {k for k, _, _ in report.COLUMNS} <= keys
     assert {key for fix in lessons.FIXES.values() for key, _ in fix.gates} <= keys  # the fixes table's gates
-    assert {"clipped_steps", "mean_sampler_kl_k3", "eval_low", "final"} <= keys  # the stale negatives' table
+    assert {"grad_limited_steps", "mean_sampler_kl_k3", "eval_low", "final"} <= keys  # the stale negatives' table
 
 
 # ------------------------------------------------------------------- a run that lacks a number
