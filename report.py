@@ -698,6 +698,25 @@ def by_seed_part(records, args, _):
     return "\n".join(out) + "\n"
 
 
+def drops_part(records, args, _):
+    """`drops NAME ...`: how far each experiment's greedy accuracy falls, over its seeds (min-max): its peak, its
+    end, its fall from the peak, and the step of its first evaluation 10 points below the peak (first_moves;
+    'never' in a seed that stays within 10 points)."""
+    summaries = summaries_from_results(records)
+    out = ["| experiment | seeds | greedy peak | end | fall from the peak | 10 points below the peak at step |",
+           "|---|---|---|---|---|---|"]
+    for name in args:
+        runs = list(summaries.get(name, {}).values())
+        if runs:
+            col = lambda key: span([r.get(key) for r in runs], percent)  # noqa: E731
+            fell = [(r.get("moves") or {}).get("eval_acc") for r in runs]
+            steps = span([s for s in fell if s is not None], lambda x: f"{x:.0f}") if any(fell) else "never"
+            never = sum(s is None for s in fell)
+            steps += f" (never in {never})" if never and any(fell) else ""
+            out.append(f"| {name} | {len(runs)} | {col('peak')} | {col('final')} | {col('drop')} | {steps} |")
+    return "\n".join(out) + "\n"
+
+
 def stale_part(records, args, _):
     """`stale NAME ...`: what a stale sampler does to each experiment over its seeds (min-max): the share of
     steps whose gradient norm passed its limit, the sampler's KL to pi_old a token, and greedy accuracy at its
@@ -784,7 +803,7 @@ def profile_cell(profile, names):
 
 PARTS = {"header": header_part, "verdict": verdict_part, "lesson": lesson_part, "fixes": fixes_part,
          "field": field_part, "experiments": experiments_part, "signs": signs_part, "by_seed": by_seed_part,
-         "stale": stale_part, "roundings": roundings_part,
+         "stale": stale_part, "roundings": roundings_part, "drops": drops_part,
          "default_run": default_run_part, "metrics_column": metrics_column_part}
 
 

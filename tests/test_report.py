@@ -187,3 +187,16 @@ def test_check_compares_numbers_on_the_records_machine_and_verdicts_under_anothe
     assert lines[0] == f"{broken} seed 0: ran with grpo.py edited, not commit abc's code"
     assert "these 2 ran on arm64, 8 CPUs, NEON (plain)" in lines[2]
     assert lines[-1] == "instability: held in 1 of 1 seeds here, 1 of 1 in the record: agrees"
+
+
+def test_the_drops_part_gives_each_experiments_fall_over_its_seeds():
+    """EXPERIMENTS.md's ablation of lesson 1: peak, end and fall as min-max over seeds, and the step of the first
+    evaluation 10 points below the peak, 'never' counted where a seed stayed within 10 points."""
+    rec = lambda seed, peak, final, fell: {"experiment": "a", "seed": seed, "rounding": "plain",  # noqa: E731
+                                           "summary": {"peak": peak, "final": final, "drop": peak - final,
+                                                       "moves": {"eval_acc": fell}}}
+    records = [rec(0, 0.70, 0.50, 200), rec(1, 0.66, 0.60, None), rec(2, 0.68, 0.40, 350),
+               {**rec(0, 0.1, 0.0, 50), "rounding": "avx2"}]  # another rounding: not in the plain table
+    assert report.drops_part(records, ["a", "missing"], "").splitlines()[2] == \
+        "| a | 3 | 66-70% | 40-60% | 6-28% | 200-350 (never in 1) |"
+    assert len(report.drops_part(records, ["missing"], "").splitlines()) == 2  # a header, no row
