@@ -633,8 +633,8 @@ def verdict_part(records, args, _):
 
 
 def lesson_part(records, args, _):
-    """`lesson LESSON`: the lesson's table, seed by seed."""
-    return lesson_table(args[0], summaries_from_results(records)) + "\n"
+    """`lesson LESSON [ROUNDING]`: the lesson's table, seed by seed, under one rounding (default: plain)."""
+    return lesson_table(args[0], summaries_from_results(records, *args[1:2])) + "\n"
 
 
 def fixes_part(records, args, _):

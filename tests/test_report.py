@@ -200,3 +200,13 @@ def test_the_drops_part_gives_each_experiments_fall_over_its_seeds():
     assert report.drops_part(records, ["a", "missing"], "").splitlines()[2] == \
         "| a | 3 | 66-70% | 40-60% | 6-28% | 200-350 (never in 1) |"
     assert len(report.drops_part(records, ["missing"], "").splitlines()) == 2  # a header, no row
+
+
+def test_a_lesson_part_shows_one_roundings_seeds():
+    broken, fixed = lessons.LESSONS["instability"].experiments
+    rec = lambda name, final, rounding: {"experiment": name, "seed": 0, "rounding": rounding,  # noqa: E731
+                                         "summary": {"peak": 0.7, "peak_step": 50, "final": final, "moves": {}}}
+    records = [rec(broken, 0.3, "plain"), rec(fixed, 0.7, "plain"), rec(broken, 0.65, "avx2"), rec(fixed, 0.7, "avx2")]
+    plain, avx2 = (report.lesson_part(records, ["instability", *r], "") for r in ([], ["avx2"]))
+    assert "| 0 | 70.0% (50) -> 30.0% | 70.0% (50) -> 70.0% | yes |" in plain
+    assert "| 0 | 70.0% (50) -> 65.0% | 70.0% (50) -> 70.0% | no |" in avx2
