@@ -74,6 +74,9 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
                   "eval_acc,ratio_max,clip_frac,entropy,ppo_kl,resp_len"),
     "book_clip_ppo": (["book_noclip", "book_token_noclip", "book_ppo_clip"],
                       "eval_acc,ratio_max,clip_frac,entropy,ppo_kl,resp_len"),
+    # ... and why PPO's clip run decays too: the knobs that stop it (which stop no clip's fall as well)
+    "book_clip_ablation": (["book_ppo_clip", "book_ppo_clip_lr3e5", "book_ppo_clip_mu1", "book_ppo_clip_prompts4"],
+                           "eval_acc,entropy,grad_norm_max,ppo_kl"),
     # lesson 4: the format bonus on the runaway's task: the two rewards and the two accuracies; then on chains
     "book_format": (["book_runaway_format", "book_runaway_format_gated"],
                     "reward,eval_sampled_acc,reward_format,eval_acc,entropy,truncated_frac"),

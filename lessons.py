@@ -87,8 +87,6 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "book_ppo_clip_lr3e5": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "ppo", "--ratio-level", "token", "--clip",
                              "0.2", "--lr", "3e-5"], "PPO's clip at lr 3e-5 (the book's 1e-5, ours 1e-4)"),
     "book_noclip_lr3e5": ([*BOOK, "--kl", "0", "--mu", "4", "--clip", "inf", "--lr", "3e-5"], "... no clip, lr 3e-5"),
-    "book_ppo_clip_lr5e5": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "ppo", "--ratio-level", "token", "--clip",
-                             "0.2", "--lr", "5e-5"], "PPO's clip at lr 5e-5"),
     "book_noclip_lr5e5": ([*BOOK, "--kl", "0", "--mu", "4", "--clip", "inf", "--lr", "5e-5"], "... no clip, lr 5e-5"),
     "book_ppo_clip_mu1": ([*BOOK, "--kl", "0", "--mu", "1", "--objective", "ppo", "--ratio-level", "token", "--clip",
                            "0.2"], "PPO's objective with one update a step: nothing off-policy, the clip idle"),
