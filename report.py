@@ -595,7 +595,7 @@ def headline(name, summaries):
     seeds = seeds_of(summaries, names)
     b, f = ([summaries[n][s] for s in seeds] for n in names)
     lb, lf = (lessons.LABELS.get(n, n) for n in names)
-    if lesson.check is lessons.broken_vs_fixed:
+    if lesson.check in (lessons.broken_vs_fixed, lessons.falls_and_trails):
         return (f"{lb}: greedy accuracy {span([r.get('peak') for r in b], percent)} -> "
                 f"{span([r.get('final') for r in b], percent)}; {lf} ends at {span([r.get('final') for r in f], percent)}")
     if lesson.check is lessons.runs_away:

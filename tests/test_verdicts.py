@@ -28,12 +28,15 @@ GATED = {"sampled_peak": 0.8, "sampled_final": 0.4, "reward_format_end": 0.5, "r
          "reward_low_after_peak": 0.3}
 HOLDING = {
     lessons.broken_vs_fixed: ({"peak": 0.70, "final": 0.40}, {"peak": 0.72, "final": 0.65}),
+    lessons.falls_and_trails: ({"peak": 0.70, "final": 0.54}, {"peak": 0.72, "final": 0.65}),  # 16 down, 11 behind
     lessons.runs_away: (RUNAWAY, STAYED),
     lessons.reward_hides_the_collapse: (UNGATED, GATED),
 }
 NEAR = {
     lessons.broken_vs_fixed: [({"peak": 0.70, "final": 0.56}, {"peak": 0.72, "final": 0.72}),  # falls 14 points
                                   ({"peak": 0.70, "final": 0.40}, {"peak": 0.72, "final": 0.54})],  # ends 14 below
+    lessons.falls_and_trails: [({"peak": 0.70, "final": 0.56}, {"peak": 0.72, "final": 0.72}),  # falls 14 points
+                               ({"peak": 0.70, "final": 0.40}, {"peak": 0.72, "final": 0.49})],  # ends 9 below
     lessons.runs_away: [({**RUNAWAY, "entropy_peak": 2.45}, STAYED),  # entropy just under half of ln V
                             ({**RUNAWAY, "sampled_final": 0.61}, STAYED),  # sampled accuracy falls 14 points
                             (RUNAWAY, {**STAYED, "sampled_final": 0.54})],  # ends 14 below the fix
