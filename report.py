@@ -94,6 +94,11 @@ def run_summary(rows):
         out["mean_" + key] = mean(r.get(key) for r in steps)
     out["early_logratio_std_token"] = mean(r.get("logratio_std_token") for r in head)
     out["late_resp_len_wrong"] = mean(r.get("resp_len_wrong") for r in steps[len(steps) // 2:])
+    # how far each step's update moves the policy (KL(pi_old || pi) after its inner epochs), once the first
+    # fast learning is over (the steps from 10% to 30% of the run) and at the end (the last 20%)
+    n = len(steps)
+    out["ppo_kl_early"] = mean(r.get("ppo_kl") for r in steps[n // 10:3 * n // 10])
+    out["ppo_kl_late"] = mean(r.get("ppo_kl") for r in steps[n - n // 5:])
     errors = [(r["kl"] - r["kl_exact"]) / r["kl_exact"] for r in steps
               if run_folders.is_number(r.get("kl")) and run_folders.is_number(r.get("kl_exact")) and r["kl_exact"] > 0]
     # the KL term's estimate against its exact value (--exact-kl): its bias over the run (what
@@ -703,8 +708,8 @@ def drops_part(records, args, _):
     end, its fall from the peak, and the step of its first evaluation 10 points below the peak (first_moves;
     'never' in a seed that stays within 10 points)."""
     summaries = summaries_from_results(records)
-    out = ["| experiment | seeds | greedy peak | end | fall from the peak | 10 points below the peak at step |",
-           "|---|---|---|---|---|---|"]
+    out = ["| experiment | seeds | greedy peak | end | fall from the peak | 10 points below the peak at step | "
+           "move a step (ppo_kl, 1e-3), 10-30% of the run -> last 20% |", "|---|---|---|---|---|---|---|"]
     for name in args:
         runs = list(summaries.get(name, {}).values())
         if runs:
@@ -713,7 +718,11 @@ def drops_part(records, args, _):
             steps = span([s for s in fell if s is not None], lambda x: f"{x:.0f}") if any(fell) else "never"
             never = sum(s is None for s in fell)
             steps += f" (never in {never})" if never and any(fell) else ""
-            out.append(f"| {name} | {len(runs)} | {col('peak')} | {col('final')} | {col('drop')} | {steps} |")
+            moves = [span([1000 * r[key] for r in runs if run_folders.is_number(r.get(key))],
+                          lambda x: f"{x:.1f}".replace("-0.0", "0.0"))
+                     for key in ("ppo_kl_early", "ppo_kl_late")]
+            out.append(f"| {name} | {len(runs)} | {col('peak')} | {col('final')} | {col('drop')} | {steps} | "
+                       f"{moves[0]} -> {moves[1]} |")
     return "\n".join(out) + "\n"
 
 

@@ -30,11 +30,11 @@ def test_every_generated_part_of_the_pages_is_what_results_jsonl_gives():
     assert all(report.PART.search(text) for text in pages.values())  # each page has generated parts
 
 
-def test_the_recorded_runs_are_one_code_on_one_machine_under_its_roundings():
-    """EXPERIMENTS.md names one commit and one machine: every record shares them, and the second thread
-    setting holds the numbered lessons' runs alone."""
+def test_the_recorded_runs_are_unedited_commits_on_one_machine_under_its_roundings():
+    """EXPERIMENTS.md names the commits and the one machine of the record: every record ran a commit's code
+    unedited, on that machine, and the other roundings hold the numbered lessons' runs alone."""
     records = report.load_results()
-    assert len({r["commit"] for r in records}) == 1 and "+changes" not in records[0]["commit"]
+    assert all(len(r["commit"]) == 12 and "+changes" not in r["commit"] for r in records)
     assert len({r["machine"] for r in records}) == 1
     numbered = {n for lesson in lessons.NUMBERED for n in lessons.LESSONS[lesson].experiments}
     assert {r["experiment"] for r in records if r["rounding"] != "plain"} <= \
@@ -192,13 +192,14 @@ def test_check_compares_numbers_on_the_records_machine_and_verdicts_under_anothe
 def test_the_drops_part_gives_each_experiments_fall_over_its_seeds():
     """EXPERIMENTS.md's ablation of lesson 1: peak, end and fall as min-max over seeds, and the step of the first
     evaluation 10 points below the peak, 'never' counted where a seed stayed within 10 points."""
-    rec = lambda seed, peak, final, fell: {"experiment": "a", "seed": seed, "rounding": "plain",  # noqa: E731
-                                           "summary": {"peak": peak, "final": final, "drop": peak - final,
-                                                       "moves": {"eval_acc": fell}}}
-    records = [rec(0, 0.70, 0.50, 200), rec(1, 0.66, 0.60, None), rec(2, 0.68, 0.40, 350),
+    rec = lambda seed, peak, final, fell, kl=(0.001, 0.004): {  # noqa: E731
+        "experiment": "a", "seed": seed, "rounding": "plain",
+        "summary": {"peak": peak, "final": final, "drop": peak - final, "moves": {"eval_acc": fell},
+                    "ppo_kl_early": kl[0], "ppo_kl_late": kl[1]}}
+    records = [rec(0, 0.70, 0.50, 200), rec(1, 0.66, 0.60, None, (0.002, 0.0065)), rec(2, 0.68, 0.40, 350),
                {**rec(0, 0.1, 0.0, 50), "rounding": "avx2"}]  # another rounding: not in the plain table
     assert report.drops_part(records, ["a", "missing"], "").splitlines()[2] == \
-        "| a | 3 | 66-70% | 40-60% | 6-28% | 200-350 (never in 1) |"
+        "| a | 3 | 66-70% | 40-60% | 6-28% | 200-350 (never in 1) | 1.0-2.0 -> 4.0-6.5 |"
     assert len(report.drops_part(records, ["missing"], "").splitlines()) == 2  # a header, no row
 
 
