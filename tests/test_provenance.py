@@ -9,10 +9,13 @@ a name the code does not know, or one the machine cannot apply, is refused befor
 """
 import os
 import subprocess
+import sys
 
 import pytest
 
 import provenance
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def edit(project, path, old, new):
@@ -114,3 +117,15 @@ def test_pytorch_runs_the_vector_width_a_rounding_asks_for_on_this_machine():
                             capture_output=True, text=True, env={k: v for k, v in os.environ.items()
                                                                  if k != "ATEN_CPU_CAPABILITY"}).stdout.strip()
     assert provenance.capability_under({}) == native
+
+
+def test_the_roundings_benchmark_finds_the_first_step_that_differs_and_the_settings_that_round_alike():
+    """bench/bench_roundings.py's table, by hand: a setting equal to plain at every step is 'none' and named as
+    plain's twin; one that differs from step 2 on says 2 and its largest difference."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import bench_roundings  # noqa: E402
+    runs = {"plain": ([0.5, 0.25, 0.125], 8.0), "avx2": ([0.5, 0.25 + 3e-8, 0.125 - 5e-8], 9.0),
+            "mkl_avx2": ([0.5, 0.25, 0.125], 8.5)}
+    assert bench_roundings.compare(runs) == [["plain", "none", "0.0e+00", "mkl_avx2", "8.0"],
+                                             ["avx2", "2", "5.0e-08", "-", "9.0"],
+                                             ["mkl_avx2", "none", "0.0e+00", "plain", "8.5"]]
