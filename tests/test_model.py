@@ -1,6 +1,7 @@
 """The GPT: KV-cache sampling equals full recompute, ragged prompts, EOS, checkpoints; the imports point one way."""
 import ast
 import os
+import re
 
 import pytest
 import torch
@@ -182,6 +183,19 @@ def test_the_imports_point_one_way():
     assert graph["train"] >= {"grpo", "model", "qwen3"}  # the imports are read, lazy ones too
     looped = sorted(name for name in graph if name in reachable(graph, name))
     assert not looped, f"files in an import loop: {looped}"
+
+
+def test_docs_design_lists_every_file_in_its_import_layer():
+    """docs/design.md's numbered layers: every top-level file sits in one, and imports only files of the layers
+    before its own."""
+    text = open(os.path.join(ROOT, "docs", "design.md")).read()
+    layers = {name: int(number) for number, names in re.findall(r"^(\d)\. ([a-z0-9_, ]+)[:;.]", text, re.M)
+              for name in names.split(", ")}
+    graph = project_imports()
+    assert set(layers) == set(graph), set(layers) ^ set(graph)
+    late = [f"{name} imports {other}" for name, found in graph.items() for other in found
+            if layers[other] >= layers[name]]
+    assert not late, late
 
 
 def test_a_groups_prompt_run_once_gives_the_same_hidden_states_and_gradients(model):  # --share-prompts
