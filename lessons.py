@@ -321,7 +321,7 @@ def margin_text(size, unit):
 
 METRICS = {  # run_summary's keys, as the fixes table and the fixes' claims name them
     "mean_signal_groups": "groups with signal a step", "late_resp_len_wrong": "wrong answers' length, 2nd half",
-    "mean_truncated_frac": "cut share", "sampled_final": "sampled held-out accuracy, end",
+    "mean_truncated_frac": "cut share, mean of the run", "sampled_final": "sampled held-out accuracy, end",
     "drop": "greedy accuracy's fall from its peak",
     "kl_bias": "KL estimate's bias, \\|mean (estimate - exact) / exact\\| over the run",
     "distinct_final": "different right answers a held-out problem in 16 samples, end",

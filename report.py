@@ -373,7 +373,7 @@ LESSON_COLUMNS = {  # a lesson's check -> its table's columns: (title, with {0} 
                         ("{0}: sampled peak -> final", lambda b, f: sampled(b)),
                         ("{1}: sampled peak -> final", lambda b, f: sampled(f)),
                         ("{0}: greedy peak (step) -> final", lambda b, f: greedy(b)),
-                        ("{0}: cut share, first 20 steps -> highest", lambda b, f: f"{pct(b['truncated_start'])} -> "
+                        ("{0}: cut share, 20-step mean: first -> highest", lambda b, f: f"{pct(b['truncated_start'])} -> "
                                                                                  f"{pct(b['truncated_peak'])}")],
     lessons.reward_hides_the_collapse: [("{0}: sampled peak -> final", lambda u, g: sampled(u)),
                                         ("{1}: sampled peak -> final", lambda u, g: sampled(g)),
