@@ -179,6 +179,8 @@ def test_the_field_table_says_not_run_yet_and_counts_seeds_where_runs_exist():
     assert set(rows) == set(lessons.FIELD)
     assert "| 40% -> 5%, 45% -> 40% | 1 of 2 |" in rows["icepop"]  # 35 points down, then 5 (< 13)
     assert rows["sapo"].endswith("| not run yet | - |") and "| instability (not run yet) |" in rows["sapo"]
+    assert "ends >= 10 above it with" in rows["sapo"]  # beside lesson 1: its rule's 10 points
+    assert "ends >= 15 above it with" in rows["k3_plus"]  # beside lesson 2: 15
 
 
 def test_round_up_keeps_two_digits_upwards():
