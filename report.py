@@ -811,9 +811,32 @@ def profile_cell(profile, names):
     return parts[0] if len(logged) == 1 else "; ".join(f"{n} {p}" for n, p in zip(logged, parts))
 
 
+def suites():
+    """The suites the pages time: (command, experiments, seeds), each as the README and EXPERIMENTS.md run it."""
+    lesson_seeds, seeds = [0, 1, 2, 3, 4], [0, 1, 2]
+    out = [(name, lessons.LESSONS[name].experiments, lesson_seeds) for name in lessons.NUMBERED]
+    out.append(("fixes", list(dict.fromkeys(n for fix in lessons.FIXES.values() for n in fix.experiments)), seeds))
+    out.append(("field", list(dict.fromkeys(n for v in lessons.FIELD.values() for n in v.experiments)), seeds))
+    out.append(("all", list(lessons.EXPERIMENTS), seeds))
+    return out
+
+
+def times_part(records, args, _):
+    """`times`: how long each suite takes, from the record: the minutes of its recorded runs (plain rounding;
+    each timed with two runs side by side) added up, and half that, about the wall time at `--jobs 2`."""
+    minutes = {(r["experiment"], r["seed"]): r["summary"].get("minutes") for r in records if r["rounding"] == "plain"}
+    out = ["| command | runs recorded | minutes, added | at --jobs 2, about |", "|---|---|---|---|"]
+    for command, names, seeds in suites():
+        found = [minutes[n, s] for n in names for s in seeds if run_folders.is_number(minutes.get((n, s)))]
+        seeds_text = ",".join(map(str, seeds))
+        out.append(f"| `python experiments.py {command} --seeds {seeds_text} --jobs 2` | {len(found)} of "
+                   f"{len(names) * len(seeds)} | {sum(found):.0f} | {sum(found) / 2:.0f} min |")
+    return "\n".join(out) + "\n"
+
+
 PARTS = {"header": header_part, "verdict": verdict_part, "lesson": lesson_part, "fixes": fixes_part,
          "field": field_part, "experiments": experiments_part, "signs": signs_part, "by_seed": by_seed_part,
-         "stale": stale_part, "roundings": roundings_part, "drops": drops_part,
+         "stale": stale_part, "roundings": roundings_part, "drops": drops_part, "times": times_part,
          "default_run": default_run_part, "metrics_column": metrics_column_part}
 
 

@@ -211,3 +211,16 @@ def test_a_lesson_part_shows_one_roundings_seeds():
     plain, avx2 = (report.lesson_part(records, ["instability", *r], "") for r in ([], ["avx2"]))
     assert "| 0 | 70.0% (50) -> 30.0% | 70.0% (50) -> 70.0% | yes |" in plain
     assert "| 0 | 70.0% (50) -> 65.0% | 70.0% (50) -> 70.0% | no |" in avx2
+
+
+def test_the_times_part_adds_each_suites_recorded_minutes_and_halves_them_for_two_jobs():
+    """A suite's row by hand: lesson 1's 10 runs of seeds 0-4 at 1.4 min add to 14, about 7 at --jobs 2; a run under
+    another rounding, a seed the command does not run, and a run without its minutes are not counted."""
+    rec = lambda name, seed, minutes, rounding="plain": {  # noqa: E731
+        "experiment": name, "seed": seed, "rounding": rounding, "summary": {"minutes": minutes}}
+    records = [rec(n, s, 1.4) for n in ("book_noclip", "book_ppo_clip") for s in range(5)]
+    records += [rec("book_noclip", 0, 9.0, "avx2"), rec("book_noclip", 7, 9.0), rec("book_kl", 0, None),
+                rec("book_kl", 1, 0.9)]
+    rows = {line.split(" | ")[0]: line for line in report.times_part(records, [], "").splitlines()[2:]}
+    assert rows["| `python experiments.py instability --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 10 of 10 | 14 | 7 min |")
+    assert rows["| `python experiments.py naive_kl --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 1 of 10 | 1 | 0 min |")
