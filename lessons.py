@@ -229,9 +229,9 @@ def broken_vs_fixed(broken, fixed, points=0.15, gap=None):
 
 def falls_and_trails(broken, fixed):
     """Lesson 1's test: broken_vs_fixed with the fix 10 points ahead at the end, not 15. In the
-    book's regime PPO's clip run drifts too (5-21 points below its own peak over seeds 0-4 under
-    three roundings), and the knobs that stop its drift stop the collapse without a clip as well
-    (EXPERIMENTS.md, lesson 1's ablation); 15 points ahead held in 13 of those 15 pairs."""
+    book's regime PPO's clip run drifts too (5-26 points below its own peak over seeds 0-4 under
+    four roundings), and the knobs that stop its drift stop the collapse without a clip as well
+    (EXPERIMENTS.md, lesson 1's ablation); 15 points ahead held in 17 of those 20 pairs."""
     return broken_vs_fixed(broken, fixed, points=0.15, gap=0.10)
 
 
