@@ -16,7 +16,7 @@ by imitation, deliberately leaving room for RL:
 
     python sft.py                      # about 3 minutes on one CPU thread -> runs/warmstart.pt
     python train.py --init runs/warmstart.pt     # GRPO from it
-    python sft.py --level mixed_search --label-smoothing 0.2 --out runs/warmstart_search.pt   # 8 min
+    python sft.py --level mixed_search --label-smoothing 0.2 --out runs/warmstart_search.pt   # 6 min
     python sft.py --steps 50 --out /tmp/tiny.pt
 
 A build writes under runs/ unless --out says otherwise, never over a shipped warm start
