@@ -7,7 +7,8 @@ The GRPO flags are made from config.GRPOConfig's fields (`add_config_flags`), so
 lives only there. Every value argparse cannot check itself is checked here (`check_args`),
 before anything is written: a refused run leaves no folder behind. Then what a run opens
 with: the policy and its tokenizer (the small GPT's warm start, or the book's Qwen3 with
---model), the problems, and the run folder, new or resumed (`start_run`).
+--model), the problems, and the run folder, new or resumed (`start_run`), with the bookkeeping
+of its saves: which evaluation saves to keep, where a stopped run's last good weights are.
 """
 import argparse
 import hashlib
@@ -16,6 +17,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import sys
 import time
 from dataclasses import asdict, fields
@@ -636,3 +638,25 @@ def truncate_metrics(path, last_step):
         f.writelines(keep)
     os.replace(path + ".tmp", path)
 
+
+SAVED = re.compile(r"model_step(\d+)|ckpt_step(\d+)\.pt")  # what train.evaluate_and_save writes
+
+
+def prune_saves(run_dir, keep):
+    """Delete all but the `keep` latest evaluation saves of a run (by step); 0 deletes none."""
+    saved = sorted((int(m[1] or m[2]), name) for name in os.listdir(run_dir) if (m := SAVED.fullmatch(name)))
+    for _, name in saved[:-keep] if keep > 0 else ():
+        path = os.path.join(run_dir, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+
+
+def last_good(args, run_dir, step, saved_step):
+    """Where the last good weights of a run stopped at `step` are, in one sentence."""
+    if args.model:  # saved at each evaluation, in the Hugging Face layout
+        last_eval = (step - 1) // args.eval_every * args.eval_every
+        return f"The last weights saved are {os.path.join(run_dir, f'model_step{last_eval}')}."
+    latest = os.path.join(run_dir, "ckpt_latest.pt")
+    if saved_step is None:
+        return f"No {latest} yet: the first is written at step {args.save_every} (--save-every)."
+    return (f"{latest} holds step {saved_step} (written every --save-every {args.save_every} steps); "
+            f"--resume {run_dir} continues from there.")

@@ -39,8 +39,6 @@ import dataclasses
 import json
 import math
 import os
-import re
-import shutil
 import time
 
 import torch
@@ -105,7 +103,7 @@ def main(args):
                                                 problem_source(args.level, args.seed, step, rank, pool),
                                                 args.prompts_per_step // n_ranks, step_cfg, gen, lagged)
         except FloatingPointError as e:
-            raise SystemExit(f"step {step}: {e}; stopping. {last_good(args, run_dir, step, saved_step)}")
+            raise SystemExit(f"step {step}: {e}; stopping. {cli.last_good(args, run_dir, step, saved_step)}")
         if cfg.adaptive_entropy:  # the coefficient this step applied, then the next one from its entropy
             metrics["entropy_coef"] = step_cfg.entropy_coef
             control = field_methods.entropy_control_step(control, metrics["entropy"], cfg)
@@ -166,30 +164,7 @@ def evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, st
         save_pretrained(policy, os.path.join(run_dir, f"model_step{step}"), tokenizer_from=args.model)
     else:
         save_checkpoint(os.path.join(run_dir, f"ckpt_step{step}.pt"), policy, init_ckpt)
-    prune_saves(run_dir, args.keep_checkpoints)
-
-
-SAVED = re.compile(r"model_step(\d+)|ckpt_step(\d+)\.pt")  # what evaluate_and_save writes
-
-
-def prune_saves(run_dir, keep):
-    """Delete all but the `keep` latest evaluation saves of a run (by step); 0 deletes none."""
-    saved = sorted((int(m[1] or m[2]), name) for name in os.listdir(run_dir) if (m := SAVED.fullmatch(name)))
-    for _, name in saved[:-keep] if keep > 0 else ():
-        path = os.path.join(run_dir, name)
-        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-
-
-def last_good(args, run_dir, step, saved_step):
-    """Where the last good weights of a run stopped at `step` are, in one sentence."""
-    if args.model:  # saved at each evaluation, in the Hugging Face layout
-        last_eval = (step - 1) // args.eval_every * args.eval_every
-        return f"The last weights saved are {os.path.join(run_dir, f'model_step{last_eval}')}."
-    latest = os.path.join(run_dir, "ckpt_latest.pt")
-    if saved_step is None:
-        return f"No {latest} yet: the first is written at step {args.save_every} (--save-every)."
-    return (f"{latest} holds step {saved_step} (written every --save-every {args.save_every} steps); "
-            f"--resume {run_dir} continues from there.")
+    cli.prune_saves(run_dir, args.keep_checkpoints)
 
 
 def entropy_controlled(cfg, control):

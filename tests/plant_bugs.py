@@ -264,7 +264,7 @@ BUGS = [
   "tests/test_qwen3.py -k token_ids"),
  ("--init ignored with --model", "cli.py", "weights = None if args.init == sft.DEFAULT_CKPT else args.init", "weights = None",
   "tests/test_book_run.py -k init_loads"),
- ("--keep-checkpoints deletes the latest", "train.py", "saved[:-keep] if keep > 0", "saved[keep:] if keep > 0",
+ ("--keep-checkpoints deletes the latest", "cli.py", "saved[:-keep] if keep > 0", "saved[keep:] if keep > 0",
   "tests/test_train.py -k keep_checkpoints"),
  ("book_qwen3_format pays our format check", "config.py", 'format_weight=1.0,\n    format_check="book", gated=False,', 'format_weight=1.0,\n    format_check="strict", gated=False,',
   "tests/test_improvements.py -k book_qwen3_format"),
