@@ -232,7 +232,11 @@ def falls_and_trails(broken, fixed):
     book's regime PPO's clip run drifts too (5-26 points below its own peak over seeds 0-4 under
     four roundings), and the knobs that stop its drift stop the collapse without a clip as well
     (EXPERIMENTS.md, lesson 1's ablation); 15 points ahead held in 17 of those 20 pairs."""
-    return broken_vs_fixed(broken, fixed, points=0.15, gap=0.10)
+    return broken_vs_fixed(broken, fixed, *GREEDY_RULES[falls_and_trails])
+
+
+# the checks on greedy accuracy -> (the broken run's fall from its peak, its gap below the fix at the end)
+GREEDY_RULES = {broken_vs_fixed: (0.15, 0.15), falls_and_trails: (0.15, 0.10)}
 
 
 def sampled_falls(run, points=0.15):

@@ -272,8 +272,8 @@ def field_table(summaries):
                       f"{lessons.margin_text(*chapter.margin)})")
             cell = lambda a, b: f"{fmt_metric(key, a.get(key))} -> {fmt_metric(key, b.get(key))}"  # noqa: E731
         else:
-            gap = 10 if chapter.check is lessons.falls_and_trails else 15  # lesson 1's rule asks 10 (lessons.py)
-            number = f"greedy accuracy: falls >= 15 points without, ends >= {gap} above it with"
+            fall, gap = lessons.GREEDY_RULES[chapter.check]
+            number = f"greedy accuracy: falls >= {fall * 100:.0f} points without, ends >= {gap * 100:.0f} above it with"
             cell = lambda a, b: f"{pct(a.get('peak'))}-{pct(a.get('final'))} -> {pct(b.get('final'))}"  # noqa: E731
         if not seeds:
             out.append(f"| {method} | {variant.source} | {variant.what} | {beside} | {number} | not run yet | - |")
@@ -601,7 +601,7 @@ def headline(name, summaries):
     seeds = seeds_of(summaries, names)
     b, f = ([summaries[n][s] for s in seeds] for n in names)
     lb, lf = (lessons.LABELS.get(n, n) for n in names)
-    if lesson.check in (lessons.broken_vs_fixed, lessons.falls_and_trails):
+    if lesson.check in lessons.GREEDY_RULES:
         return (f"{lb}: greedy accuracy {span([r.get('peak') for r in b], percent)} -> "
                 f"{span([r.get('final') for r in b], percent)}; {lf} ends at {span([r.get('final') for r in f], percent)}")
     if lesson.check is lessons.runs_away:
