@@ -345,7 +345,9 @@ def kill_when(proc, path, lines, sig=signal.SIGKILL):
 
 
 # killed once metrics.jsonl holds 2 lines (steps 0-1), the first checkpoint 20 steps away, or 7 (steps 0-6), after
-# the checkpoint of step 5: either way a kill that comes late on a busy machine finds the state it was meant to
+# the checkpoint of step 5: either way a kill that comes late on a busy machine finds the state it was meant to.
+# KILL_STEPS: a run long enough (about 7 s) that a kill the loaded machine delays still lands before its end
+KILL_STEPS = 100
 @pytest.mark.parametrize("killed_at, sig, save_every", [(2, signal.SIGKILL, 20), (7, signal.SIGKILL, 5),
                                                         (7, signal.SIGINT, 5)],
                          ids=["kill-9-before-a-checkpoint", "kill-9-after-one", "ctrl-c-after-one"])
@@ -353,14 +355,14 @@ def test_a_suite_killed_mid_run_completes_with_each_step_once(project, tmp_path,
     """kill -9 (or Ctrl-C) of the suite and its runs, then the same command: the run restarts (no checkpoint
     yet) or resumes from the checkpoint it has, and its metrics.jsonl holds each step once, the numbers of an
     uninterrupted run."""
-    argv = ["default", "--seeds", "0", "--steps", "30", *SMALL, "--save-every", str(save_every)]
+    argv = ["default", "--seeds", "0", "--steps", str(KILL_STEPS), *SMALL, "--save-every", str(save_every)]
     own, extra = argv[:argv.index("--")], argv[argv.index("--"):]
     proc = subprocess.Popen([sys.executable, "experiments.py", *own, "--runs-dir", str(tmp_path / "exp"), *extra],
                             cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     path = tmp_path / "exp" / "default" / "seed0" / "metrics.jsonl"
     kill_when(proc, str(path), killed_at, sig)
     done, saved = len(open(path).readlines()), experiments.saved_step(str(path.parent))
-    assert 0 < done < 31, "the run was not killed mid-way"
+    assert 0 < done < KILL_STEPS + 1, "the run was not killed mid-way"  # steps 0..KILL_STEPS: all its lines
     assert (saved is None) == (save_every == 20) and (saved is None or saved % save_every == 0 and saved < done)
     if sig == signal.SIGINT:  # Ctrl-C: the run's log says so in one line, not a traceback
         log = open(path.parent / "train.log").read()
