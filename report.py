@@ -94,11 +94,6 @@ def run_summary(rows):
         out["mean_" + key] = mean(r.get(key) for r in steps)
     out["early_logratio_std_token"] = mean(r.get("logratio_std_token") for r in head)
     out["late_resp_len_wrong"] = mean(r.get("resp_len_wrong") for r in steps[len(steps) // 2:])
-    # how far each step's update moves the policy (KL(pi_old || pi) after its inner epochs), once the first
-    # fast learning is over (the steps from 10% to 30% of the run) and at the end (the last 20%)
-    n = len(steps)
-    out["ppo_kl_early"] = mean(r.get("ppo_kl") for r in steps[n // 10:3 * n // 10])
-    out["ppo_kl_late"] = mean(r.get("ppo_kl") for r in steps[n - n // 5:])
     errors = [(r["kl"] - r["kl_exact"]) / r["kl_exact"] for r in steps
               if run_folders.is_number(r.get("kl")) and run_folders.is_number(r.get("kl_exact")) and r["kl_exact"] > 0]
     # the KL term's estimate against its exact value (--exact-kl): its bias over the run (what
@@ -121,6 +116,17 @@ def run_summary(rows):
     out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
     out["moves"] = first_moves(rows)
     return out
+
+
+def step_moves(rows):
+    """How far each step's update moves the policy (ppo_kl: KL(pi_old || pi) after its inner epochs), its mean once
+    the first fast learning is over (the steps from 10% to 30% of the run) and at the end (the last 20%) -> [early,
+    late]. Recorded beside the summary, not in it: a record made before it existed stays one `check` agrees with
+    (the summary's mean_ppo_kl, over the same steps' values, is checked)."""
+    steps = [r for r in rows if r.get("step", 0) > 0]
+    n = len(steps)
+    early, late = steps[n // 10:3 * n // 10], steps[n - n // 5:]
+    return [mean(r.get("ppo_kl") for r in early), mean(r.get("ppo_kl") for r in late)]
 
 
 def trailing_means(rows, key, window=20):
@@ -410,7 +416,7 @@ def run_record(name, seed, folder, flags, profiled=False):
     rows = run_folders.read_metrics(os.path.join(folder, "metrics.jsonl"))
     record = {"experiment": name, "seed": seed, "rounding": rounding_of(config), "threads": config.get("threads", 1),
               "flags": " ".join(flags), "commit": config.get("commit"), "machine": config.get("machine"),
-              "summary": round_numbers(run_summary(rows))}
+              "summary": round_numbers(run_summary(rows)), "step_moves": round_numbers(step_moves(rows))}
     if profiled:
         record["profile"] = round_numbers(metric_profile(rows))
     return record
@@ -709,21 +715,23 @@ def drops_part(records, args, _):
     end, its fall from the peak, and the step of its first evaluation 10 points below the peak (first_moves;
     'never' in a seed that stays within 10 points)."""
     summaries = summaries_from_results(records)
+    moves = {(r["experiment"], f"seed{r['seed']}"): r.get("step_moves") or [None, None] for r in records
+             if r["rounding"] == "plain"}  # report.step_moves, beside each summary
     out = ["| experiment | seeds | greedy peak | end | fall from the peak | 10 points below the peak at step | "
            "move a step (ppo_kl, 1e-3), 10-30% of the run -> last 20% |", "|---|---|---|---|---|---|---|"]
     for name in args:
         runs = list(summaries.get(name, {}).values())
         if runs:
+            kl = [moves[name, seed] for seed in summaries[name]]
             col = lambda key: span([r.get(key) for r in runs], percent)  # noqa: E731
             fell = [(r.get("moves") or {}).get("eval_acc") for r in runs]
             steps = span([s for s in fell if s is not None], lambda x: f"{x:.0f}") if any(fell) else "never"
             never = sum(s is None for s in fell)
             steps += f" (never in {never})" if never and any(fell) else ""
-            moves = [span([1000 * r[key] for r in runs if run_folders.is_number(r.get(key))],
-                          lambda x: f"{x:.1f}".replace("-0.0", "0.0"))
-                     for key in ("ppo_kl_early", "ppo_kl_late")]
+            early, late = (span([1000 * k[i] for k in kl if run_folders.is_number(k[i])],
+                                lambda x: f"{x:.1f}".replace("-0.0", "0.0")) for i in (0, 1))
             out.append(f"| {name} | {len(runs)} | {col('peak')} | {col('final')} | {col('drop')} | {steps} | "
-                       f"{moves[0]} -> {moves[1]} |")
+                       f"{early} -> {late} |")
     return "\n".join(out) + "\n"
 
 

@@ -193,9 +193,8 @@ def test_the_drops_part_gives_each_experiments_fall_over_its_seeds():
     """EXPERIMENTS.md's ablation of lesson 1: peak, end and fall as min-max over seeds, and the step of the first
     evaluation 10 points below the peak, 'never' counted where a seed stayed within 10 points."""
     rec = lambda seed, peak, final, fell, kl=(0.001, 0.004): {  # noqa: E731
-        "experiment": "a", "seed": seed, "rounding": "plain",
-        "summary": {"peak": peak, "final": final, "drop": peak - final, "moves": {"eval_acc": fell},
-                    "ppo_kl_early": kl[0], "ppo_kl_late": kl[1]}}
+        "experiment": "a", "seed": seed, "rounding": "plain", "step_moves": list(kl),
+        "summary": {"peak": peak, "final": final, "drop": peak - final, "moves": {"eval_acc": fell}}}
     records = [rec(0, 0.70, 0.50, 200), rec(1, 0.66, 0.60, None, (0.002, 0.0065)), rec(2, 0.68, 0.40, 350),
                {**rec(0, 0.1, 0.0, 50), "rounding": "avx2"}]  # another rounding: not in the plain table
     assert report.drops_part(records, ["a", "missing"], "").splitlines()[2] == \
