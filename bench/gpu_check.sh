@@ -38,8 +38,9 @@
 set -u
 cd "$(dirname "$0")/.."
 REPORT="${1:-gpu_check_report.txt}"
+PYTHON="${PYTHON:-python}"  # the interpreter every part runs (PYTHON=.venv/bin/python: a venv not activated)
 
-if ! python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+if ! "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     echo "gpu_check: no CUDA device visible; nothing to check"
     exit 0
 fi
@@ -65,26 +66,26 @@ part() {
     fi
 }
 
-python -c "import torch, triton, tiktoken, numpy, matplotlib, pytest" 2>/dev/null \
-    || pip install -q -r requirements.txt
+"$PYTHON" -c "import torch, triton, tiktoken, numpy, matplotlib, pytest" 2>/dev/null \
+    || "$PYTHON" -m pip install -q -r requirements.txt
 log "gpu_check $(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo 'no git')"
 log "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null)"
-log "$(python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, "GPUs", torch.cuda.device_count())')"
+log "$("$PYTHON" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, "GPUs", torch.cuda.device_count())')"
 
-part tests 90 python -m pytest -q -x tests/test_kernels_logprobs.py tests/test_kernels_linear.py
-part kernel 300 python bench/gpu_kernel_check.py  # its stdout goes into the report
-part qwen3 300 python bench/bench_qwen3.py
+part tests 90 "$PYTHON" -m pytest -q -x tests/test_kernels_logprobs.py tests/test_kernels_linear.py
+part kernel 300 "$PYTHON" bench/gpu_kernel_check.py  # its stdout goes into the report
+part qwen3 300 "$PYTHON" bench/bench_qwen3.py
 RUNS="runs/gpu_check-$(date +%Y%m%d-%H%M%S)"  # fresh folder: train.py refuses to overwrite a run
-part train 150 python train.py --steps 50 --run-name gpu_check --runs-dir "$RUNS"
+part train 150 "$PYTHON" train.py --steps 50 --run-name gpu_check --runs-dir "$RUNS"
 
-NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
+NGPU=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())")
 if [ "$NGPU" -lt 2 ]; then
     log "SKIP ddp: $NGPU GPU visible"
 elif ! grep -q "LOCAL_RANK\|init_process_group" train.py; then
     log "SKIP ddp: train.py does not support torchrun"
 else  # a launch that never reaches the first step (no NCCL, no torchrun) is a SKIP
     OUT=$(mktemp)
-    timeout 50 torchrun --nproc-per-node 2 train.py --steps 10 --run-name gpu_check_ddp \
+    timeout 50 "$PYTHON" -m torch.distributed.run --nproc-per-node 2 train.py --steps 10 --run-name gpu_check_ddp \
         --runs-dir "$RUNS" > "$OUT" 2>&1
     RC=$?
     tee -a "$REPORT" < "$OUT"
@@ -112,14 +113,14 @@ if [ -n "$MISSING" ]; then
     log "SKIP book: no$MISSING (set BOOK_MODEL, BOOK_CKPT, MATH_TRAIN, MATH500; docs/book_model.md)"
 else  # --steps 0: evaluate at step 0 (and save it as model_step0), train nothing
     # shellcheck disable=SC2086  # BOOK_FLAGS is a list of flags
-    part book 600 python train.py --model "$BOOK_MODEL" --init "$BOOK_CKPT" --task math --data "$MATH_TRAIN" \
+    part book 600 "$PYTHON" train.py --model "$BOOK_MODEL" --init "$BOOK_CKPT" --task math --data "$MATH_TRAIN" \
         --eval-data "$MATH500" --eval-fallback number --steps 0 --run-name gpu_check_book --runs-dir "$RUNS" \
         ${BOOK_FLAGS:---max-new-tokens 1024}
     log "the book's logs (ch07/02_logs; runs with --max_new_tokens 1024): MATH-500 at step 50," \
         "7_3_plus_tracking 46.2%, 7_6_plus_format_reward 56.2%"
 fi
 
-part decode 480 python bench/bench_decode.py --qwen3 --repeats 2 --skip-reference
+part decode 480 "$PYTHON" bench/bench_decode.py --qwen3 --repeats 2 --skip-reference
 
 log ""
 if [ ${#FAILED[@]} -eq 0 ]; then

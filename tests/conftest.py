@@ -1,11 +1,33 @@
+import getpass
 import os
 import sys
+import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+# The tests name the project's files as a learner types them (checkpoints/warmstart.pt, train.py): run from any
+# folder (python -m pytest -q path/to/tests), they run in the project's own.
+os.chdir(ROOT)
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(1)  # tiny test models: one thread is as fast and immune to a busy second core
+# One inductor cache per vector width. PyTorch's compiled-graph cache keys a graph by the thread count but not by
+# the vector width its C++ was written for, so a decode step compiled at AVX-512 and loaded again under
+# ATEN_CPU_CAPABILITY=avx2 or default (or the reverse) runs 16-lane code built for 8 lanes: out of bounds, "tuple
+# args required", or an abort. A learner's own CPU compiles at one width only and never meets it; .ci/run's passes
+# under other widths would.
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}",
+                                                     os.environ.get("ATEN_CPU_CAPABILITY") or "native")
+
+# tiny test models: one thread is as fast and immune to a busy second core. TEST_THREADS=2 runs the in-process
+# tests on two threads, each sum split in two (.ci/run does, for the tests marked `roundings`)
+torch.set_num_threads(int(os.environ.get("TEST_THREADS", "1")))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "roundings: compares numbers made two ways (batch shapes, the KV cache, two "
+                            "processes, the fused kernels, the textbook formulas); .ci/run runs these again under "
+                            "other vector widths and two threads, where another CPU's rounding shows")
 
 # A warm start small enough to train in seconds but good enough that GRPO has signal on
 # `--level easy`: pass@8 ~40%, so groups mix right and wrong answers and steps have
@@ -43,7 +65,7 @@ def project(tmp_path):
     experiments.py sets the runs of edited code beside the others (NAME+grpo.py), so its tests run here."""
     import shutil
     import subprocess
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = ROOT
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=root,
                            capture_output=True, text=True, check=True).stdout.split()
     copy = tmp_path / "project"
@@ -99,7 +121,7 @@ def pytest_collection_finish(session):
         out = tempfile.mkdtemp(prefix="fresh_warm_")
         log = open(os.path.join(out, "sft.log"), "w")
         cmd = [sys.executable, "sft.py", "--out", os.path.join(out, "warmstart.pt"), "--pass-k", "0", "--threads", "1"]
-        session.config.fresh_build = (subprocess.Popen(cmd, cwd=os.path.dirname(os.path.dirname(__file__)), stdout=log,
+        session.config.fresh_build = (subprocess.Popen(cmd, cwd=ROOT, stdout=log,
                                                        stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}),
                                       out)
 

@@ -24,6 +24,8 @@ BUGS = [
   "cov = a * (lp - lp.mean())", "tests/test_grpo.py tests/test_whole_step.py -k kl_cov"),
  ("pi_old refreshed every update", "grpo.py", "old, ref = old_logp[rows], None if ref_logp is None", "old, ref = logp.detach(), None if ref_logp is None",
   "tests/test_grpo_step.py -k 'later_updates or old_logprobs or ppo_kl'"),
+ ("verl 6280: a minibatch reads another's pi_old", "grpo.py", "old, ref = old_logp[rows], None if ref_logp is None",
+  "old, ref = old_logp[rows.flip(0)], None if ref_logp is None", "tests/test_field.py -k verl_6280"),
  ("no pi_old pass for K>1", "grpo.py", "cfg, epoch == 0 and len(minibatches) == 1)", "cfg, epoch == 0)",
   "tests/test_grpo_step.py -k 'old_logprobs or later_updates'"),
  ("the first update's forward serves a later epoch too", "grpo.py", "cfg, epoch == 0 and len(minibatches) == 1)", "cfg, len(minibatches) == 1)",

@@ -12,6 +12,7 @@ from model import GPT, GPTConfig
 from qwen3 import Qwen3, Qwen3Config
 
 V = 64
+pytestmark = pytest.mark.roundings  # every test here compares a fast path's numbers with the reference's
 
 
 def sharp(model, scale):

@@ -49,6 +49,7 @@ def step_results(tmp_path_factory):
 
 @pytest.mark.parametrize("case", ["seq_mean", "token_mean", "constant", "adv_norm_batch", "kl_entropy_minibatches",
                                   "uneven_seq_mean", "rloo", "reinforce_pp"])
+@pytest.mark.roundings
 def test_two_rank_step_equals_one_process_on_both_halves(step_results, case):
     res = step_results[case]
     single, ddp = res["single"], res["ddp"]

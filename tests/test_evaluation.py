@@ -32,6 +32,7 @@ def greedy_by_hand(model, enc, prompt, max_new_tokens):
     return out
 
 
+@pytest.mark.roundings
 def test_evaluate_is_greedy_whatever_the_generator_state(warm_policy, monkeypatch):
     model, enc = warm_policy()
     problems = tasks.eval_set("easy", 6)
@@ -53,6 +54,7 @@ def test_evaluate_is_greedy_whatever_the_generator_state(warm_policy, monkeypatc
     assert model.training  # left as it was found
 
 
+@pytest.mark.roundings
 def test_evaluate_with_a_sampler_draws_as_the_rollouts_do(warm_policy):
     """sampler=: one answer per problem at the given temperature / top-p, from its own
     generator (the same seed, the same answers); a near-zero temperature is greedy again."""

@@ -536,14 +536,16 @@ def test_trl_5814_a_sequence_weight_is_the_product_and_its_spread_grows_with_len
             assert product.median() < 0.97 and (product > 3).any()
 
 
-def test_verl_6280_our_cpu_learner_is_batch_invariant_so_an_on_policy_ratio_is_exactly_1():
+@pytest.mark.roundings
+def test_verl_6280_a_minibatchs_log_probs_are_the_batchs_within_rounding_so_the_first_ratio_is_1():
     """verl #6280: on a GPU, pi_old's log-probs taken over the whole batch and pi_theta's over a minibatch differ
     (kernels pick their tiling by the batch's size, and so their order of summation), so the first update's ratio is
-    not 1 and the clip fraction not 0 where nothing has changed. Our CPU path is batch-invariant: every row's
-    log-probs are bitwise the same in one batch, in two halves and in uneven parts, with the fused head and without,
-    because each number is reduced over the model's width in one fixed order whatever the rows around it (the rows
-    only set the loops' lengths). So a step of two minibatches, whose pi_old comes from a pass over every row,
-    finds a ratio of exactly 1 and no clipping in its first update. (Unchecked here: a GPU with bf16 autocast.)"""
+    not 1 and the clip fraction not 0 where nothing has changed. On a CPU the same happens, far smaller: a matrix
+    product's kernel can depend on its number of rows (on an Intel Xeon a one-row split goes another way and moves
+    0.1-0.2% of the log-probs by up to 1.5e-6; on an AMD EPYC every split was bitwise equal). Not bitwise, then, but
+    within 1e-5: a bug in which rows or which policy a minibatch reads (a shifted row, another temperature) moves
+    log-probs by 1e-2 and more (tests/plant_bugs.py: "verl 6280"). So a step of two minibatches, whose pi_old comes
+    from a pass over every row, finds its first update's ratio within 1e-5 of 1, where a clip at 0.2 cannot bind."""
     policy, enc, cfg, batch, old = sampled("warmstart.pt", "medium")
     B, m = batch.tokens.shape[0], batch.loss_mask
     for fused in (True, False):
@@ -553,9 +555,9 @@ def test_verl_6280_our_cpu_learner_is_batch_invariant_so_an_on_policy_ratio_is_e
             for cut in (B // 2, 1, 37):
                 parts = [grpo.batch_logprobs(policy, batch, rows, m, c)[0]
                          for rows in (torch.arange(cut), torch.arange(cut, B))]
-                assert torch.equal(torch.cat(parts)[m], whole[m]), (fused, cut)
+                assert (torch.cat(parts)[m] - whole[m]).abs().max() < 1e-5, (fused, cut)
     import tasks
     stream = tasks.problems("medium", 0)
     _, logged = grpo.grpo_step(policy, None, torch.optim.SGD(policy.parameters(), lr=0.0), enc, lambda: next(stream),
                                16, dataclasses.replace(cfg, mu=1, minibatches=2), torch.Generator().manual_seed(0))
-    assert logged["ratio_min"] == logged["ratio_max"] == 1.0 and logged["clip_frac"] == 0.0
+    assert 1 - 1e-5 < logged["ratio_min"] <= logged["ratio_max"] < 1 + 1e-5 and logged["clip_frac"] == 0.0

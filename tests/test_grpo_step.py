@@ -178,6 +178,7 @@ def test_sampler_and_learner_describe_the_same_distribution(enc):
     torch.testing.assert_close(sampler_logp[:, 3], logp[tokens[:, 3], 2], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.roundings
 @pytest.mark.parametrize("T", [0.7, 1.3])
 def test_the_fast_logprobs_equal_the_textbook_reference(enc, tiny_model, T):
     """token_logprobs (fused from the hidden states, from the logits, over a kept support) gives
@@ -205,6 +206,7 @@ def test_the_fast_logprobs_equal_the_textbook_reference(enc, tiny_model, T):
         assert (got[0][loss_mask] != 0).all()
 
 
+@pytest.mark.roundings
 def test_rollout_sampler_logp_equals_learner_logp_without_truncation(enc, tiny_model):
     model = tiny_model()
     stream = tasks.problems("easy", 0)
@@ -467,6 +469,7 @@ def test_exact_kl_sums_the_kl_over_the_whole_vocabulary(enc, tiny_model, digit_r
     assert "kl_rel_gap" not in off
 
 
+@pytest.mark.roundings
 def test_share_prompts_reaches_the_learner_and_changes_its_log_probs_by_rounding_only(enc):
     """--share-prompts hands the batch's groups to the model (one prompt pass a group); off, the model
     gets none, so a run is the code's without the flag number for number."""
@@ -505,6 +508,7 @@ def test_the_textbook_step_is_the_chapters_algorithm_in_about_20_lines():
     assert len(body) <= 22, f"grpo_step_textbook's body is {len(body)} lines"
 
 
+@pytest.mark.roundings
 @pytest.mark.parametrize("kl", [0.0, 0.1])
 def test_the_textbook_step_and_grpo_step_leave_the_same_weights_and_loss(warm_policy, kl):
     """At the default flags (two updates on one rollout, PPO's clip, each answer's token mean; with --kl, k3 to a

@@ -52,6 +52,7 @@ def poisoned_empty_like(monkeypatch):
 CHUNKINGS = [("vocab", 100), ("rows", 10)]  # 1031 = 10 * 100 + 31 columns, 37 = 3 * 10 + 7 rows: ragged
 
 
+@pytest.mark.roundings
 @pytest.mark.parametrize("chunk_over,chunk_size", CHUNKINGS)
 @pytest.mark.parametrize("use", [("logp",), ("entropy",), ("logp", "entropy")])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -70,6 +71,7 @@ def test_fp32_matches_float64_reference(chunk_over, chunk_size, use, temperature
         torch.testing.assert_close(x.double(), r, rtol=1e-4, atol=1e-4, msg=f"{name} seed={seed}")
 
 
+@pytest.mark.roundings
 @pytest.mark.parametrize("chunk_over,chunk_size", [("vocab", 128), ("rows", 16)])
 def test_bf16_close_to_float64_reference_and_grads_in_input_dtype(chunk_over, chunk_size):
     hidden, weight, targets = make_inputs(53, 64, 777, torch.bfloat16, seed=11)

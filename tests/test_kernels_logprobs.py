@@ -93,6 +93,7 @@ def check_against_reference(logits, targets, temperature, backend, seed, atol=1e
 @pytest.mark.parametrize("N,V", [(1823, 781), (19, 20000)])  # 20000: several vocab blocks
 @pytest.mark.parametrize("dtype,temperature", [(torch.float32, 1.0), (torch.bfloat16, 0.7),
                                                (torch.float16, 1.3)])
+@pytest.mark.roundings
 def test_matches_float64_reference(backend, N, V, dtype, temperature, seed):
     logits = (4 * torch.randn(N, V, device=device(backend))).to(dtype)
     targets = torch.randint(0, V, (N,), device=logits.device)
@@ -189,6 +190,7 @@ def test_linear_rows_path_through_triton(seed, monkeypatch):
 
 
 # --------------------------------------------------------------------------- public function
+@pytest.mark.roundings
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("which", ["logp", "entropy", "both"])
 def test_autograd_through_each_output(backend, which, seed, monkeypatch):
@@ -432,7 +434,8 @@ def test_cpu_path_peak_memory_close_to_logits_plus_grad():
 @pytest.mark.skipif(CUDA, reason="checks the no-CUDA exit")
 def test_gpu_check_script_says_no_cuda_and_exits_0(tmp_path):
     res = subprocess.run(["bash", os.path.join(ROOT, "bench", "gpu_check.sh"), str(tmp_path / "r.txt")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+                         cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHON": sys.executable})  # the interpreter running the tests
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines() == ["gpu_check: no CUDA device visible; nothing to check"]
 

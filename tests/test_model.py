@@ -29,6 +29,7 @@ def prompts(seed=0, n=6):
             for _ in range(n)]
 
 
+@pytest.mark.roundings
 @pytest.mark.parametrize("kw", [dict(greedy=True), dict(temperature=1.0), dict(temperature=0.7, top_k=10, top_p=0.9)])
 def test_kv_cache_equals_full_recompute(model, kw):
     ps = prompts(1)
@@ -42,6 +43,7 @@ def test_kv_cache_equals_full_recompute(model, kw):
     torch.testing.assert_close(a.entropy, b.entropy, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.roundings
 def test_ragged_batch_equals_one_at_a_time(model):
     ps = prompts(2)
     tokens, mask, *_ = generate(model, ps, 15, EOS, greedy=True)
@@ -54,6 +56,7 @@ def test_ragged_batch_equals_one_at_a_time(model):
         assert not mask[i, :P - len(p)].any()  # left padding is not a token
 
 
+@pytest.mark.roundings
 def test_left_padding_does_not_change_logits(model):
     p = prompts(3, 1)[0]
     padded = torch.tensor([[0] * 5 + p])
@@ -198,6 +201,7 @@ def test_docs_design_lists_every_file_in_its_import_layer():
     assert not late, late
 
 
+@pytest.mark.roundings
 def test_a_groups_prompt_run_once_gives_the_same_hidden_states_and_gradients(model):  # --share-prompts
     """forward(..., groups=(P, G)): each group's prompt runs once and its answers attend to its keys
     and values. With left-padded prompts of different lengths and right-padded answers, the hidden

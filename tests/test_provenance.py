@@ -111,9 +111,10 @@ def test_a_rounding_unknown_or_that_the_machine_cannot_apply_is_refused(monkeypa
 
 
 def test_pytorch_runs_the_vector_width_a_rounding_asks_for_on_this_machine():
-    """capability_under asks a fresh process; scalar (no vector instructions) exists on every machine."""
+    """capability_under asks a fresh process (of the interpreter that runs the tests, as it does); scalar (no vector
+    instructions) exists on every machine; {} is the machine's own width even in a process held to another."""
     assert provenance.capability_under({"ATEN_CPU_CAPABILITY": "default"}) == "DEFAULT"
-    native = subprocess.run(["python", "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+    native = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
                             capture_output=True, text=True, env={k: v for k, v in os.environ.items()
                                                                  if k != "ATEN_CPU_CAPABILITY"}).stdout.strip()
     assert provenance.capability_under({}) == native

@@ -49,6 +49,7 @@ def prompts(seed=0, n=6):
             for _ in range(n)]
 
 
+@pytest.mark.roundings
 @pytest.mark.parametrize("kw", [dict(greedy=True), dict(temperature=0.8, top_p=0.9), dict(temperature=1.0, top_k=20)])
 def test_kv_cache_generation_equals_full_forwards(kw):
     m, ps = tiny(), prompts(1)
@@ -77,6 +78,7 @@ def test_generation_stops_each_row_at_the_first_of_several_stop_ids():
     assert ended >= 2
 
 
+@pytest.mark.roundings
 def test_left_padded_rows_equal_unpadded(monkeypatch):
     m = tiny(1, tie_word_embeddings=False)  # an untied head: the other LM-head path
     p = prompts(2, 1)[0]
@@ -95,6 +97,7 @@ def test_left_padded_rows_equal_unpadded(monkeypatch):
         assert tokens[i, P:P + one.shape[1] - len(q)].tolist() == one[0, len(q):].tolist()
 
 
+@pytest.mark.roundings
 @pytest.mark.parametrize("fused", [True, False])
 def test_token_logprobs_equal_log_softmax_of_the_logits(fused):
     m = tiny()
@@ -119,6 +122,7 @@ def test_a_grpo_step_runs_and_changes_the_weights(enc, digit_reward):
     assert len(changed) == len(before), set(before) - set(changed)
 
 
+@pytest.mark.roundings
 def test_gradient_checkpointing_gives_the_same_gradients():
     grads = []
     for ckpt in (False, True):
