@@ -335,46 +335,74 @@ def test_a_finished_run_is_skipped_in_one_line_and_no_tracked_file_changes(proje
     assert git_status(project) == before  # neither figures/ nor any page nor results.jsonl was touched
 
 
-def kill_when(proc, path, lines, sig=signal.SIGKILL):
-    """Send sig to the suite and its runs, as kill -9 or a terminal's Ctrl-C does, once path holds `lines`
-    lines (or the suite has ended)."""
-    while proc.poll() is None and not (os.path.exists(path) and len(open(path).readlines()) >= lines):
+# A pause at a step the test chooses, committed in the project's copy (so the code is a commit's, unedited): after
+# step PAUSE_AT_STEP's metrics line (and its checkpoint, if that step saves one) the run touches `paused` and
+# waits, and the test sends its signal then, whatever the machine's load. Only the first command sets the variable.
+PAUSE = """        append_jsonl(metrics_path, metrics)
+"""
+PAUSE_HOOK = """        if os.environ.get("PAUSE_AT_STEP") == str(step):  # tests/test_experiments.py: wait here for a signal
+            open(os.path.join(run_dir, "paused"), "w").close()
+            time.sleep(600)
+"""
+
+
+def pausing(project):
+    """The project's copy with train.py's pause hook, committed there."""
+    train = project / "train.py"
+    text = train.read_text()
+    assert text.count(PAUSE) == 1, "train.py's metrics line moved: update PAUSE"
+    train.write_text(text.replace(PAUSE, PAUSE + PAUSE_HOOK))
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "pause"], cwd=project, check=True)
+    return project
+
+
+def signal_when_paused(proc, folder, sig, timeout=240):
+    """Send sig to the suite and its runs, as kill -9 or a terminal's Ctrl-C does, once the run waits at its step."""
+    deadline = time.time() + timeout
+    while proc.poll() is None and not (folder / "paused").exists() and time.time() < deadline:
         time.sleep(0.05)
+    assert (folder / "paused").exists(), "the run never reached its step"
     os.killpg(proc.pid, sig)
     proc.wait()
 
 
-# killed once metrics.jsonl holds 2 lines (steps 0-1), the first checkpoint 20 steps away, or 7 (steps 0-6), after
-# the checkpoint of step 5: either way a kill that comes late on a busy machine finds the state it was meant to.
-# KILL_STEPS: a run long enough (about 7 s) that a kill the loaded machine delays still lands before its end
-KILL_STEPS = 100
-@pytest.mark.parametrize("killed_at, sig, save_every", [(2, signal.SIGKILL, 20), (7, signal.SIGKILL, 5),
-                                                        (7, signal.SIGINT, 5)],
+# killed at step 1, the first checkpoint 20 steps away, or at step 6, after the checkpoint of step 5
+@pytest.mark.parametrize("paused_at, sig, save_every", [(1, signal.SIGKILL, 20), (6, signal.SIGKILL, 5),
+                                                        (6, signal.SIGINT, 5)],
                          ids=["kill-9-before-a-checkpoint", "kill-9-after-one", "ctrl-c-after-one"])
-def test_a_suite_killed_mid_run_completes_with_each_step_once(project, tmp_path, killed_at, sig, save_every):
+def test_a_suite_killed_mid_run_completes_with_each_step_once(project, tmp_path, paused_at, sig, save_every):
     """kill -9 (or Ctrl-C) of the suite and its runs, then the same command: the run restarts (no checkpoint
     yet) or resumes from the checkpoint it has, and its metrics.jsonl holds each step once, the numbers of an
-    uninterrupted run."""
-    argv = ["default", "--seeds", "0", "--steps", str(KILL_STEPS), *SMALL, "--save-every", str(save_every)]
+    uninterrupted run: bitwise, as a resumed run does the very float operations of the uninterrupted one (the same
+    weights and Adam state from the checkpoint, the same step seeds, shapes, thread count and machine)."""
+    pausing(project)
+    argv = ["default", "--seeds", "0", "--steps", "10", *SMALL, "--save-every", str(save_every)]
     own, extra = argv[:argv.index("--")], argv[argv.index("--"):]
+    # a terminal's Ctrl-C reaches the suite and its runs as one process group (start_new_session), each process with
+    # SIGINT's default action, even where this test's own process ignores it (started in the background, nohup)
     proc = subprocess.Popen([sys.executable, "experiments.py", *own, "--runs-dir", str(tmp_path / "exp"), *extra],
-                            cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    path = tmp_path / "exp" / "default" / "seed0" / "metrics.jsonl"
-    kill_when(proc, str(path), killed_at, sig)
-    done, saved = len(open(path).readlines()), experiments.saved_step(str(path.parent))
-    assert 0 < done < KILL_STEPS + 1, "the run was not killed mid-way"  # steps 0..KILL_STEPS: all its lines
-    assert (saved is None) == (save_every == 20) and (saved is None or saved % save_every == 0 and saved < done)
+                            cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "PAUSE_AT_STEP": str(paused_at)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    folder = tmp_path / "exp" / "default" / "seed0"
+    signal_when_paused(proc, folder, sig)
+    done, saved = len(open(folder / "metrics.jsonl").readlines()), experiments.saved_step(str(folder))
+    assert done == paused_at + 1  # steps 0..paused_at
+    assert saved == (None if save_every == 20 else 5)
     if sig == signal.SIGINT:  # Ctrl-C: the run's log says so in one line, not a traceback
-        log = open(path.parent / "train.log").read()
+        log = open(folder / "train.log").read()
         assert "train.py: interrupted (Ctrl-C); python train.py --resume" in log and "Traceback" not in log
+    (folder / "paused").unlink()
     out = suite(project, tmp_path, *argv)
     assert out.returncode == 0, out.stderr
     assert (f"resumed at step {saved}" if saved else "restarted from step 0") in out.stdout, (done, out.stdout)
     whole = suite(project, tmp_path / "whole", *argv)
     assert whole.returncode == 0
+    path = folder / "metrics.jsonl"
+    assert [r["step"] for r in metrics_rows(path)] == list(range(11))
     assert metrics_without_time(path) == metrics_without_time(tmp_path / "whole" / "exp" / "default" / "seed0" /
                                                               "metrics.jsonl")
-    assert open(path.parent / "train.log").read().count("=== experiments.py") == 2  # appended, never truncated
+    assert open(folder / "train.log").read().count("=== experiments.py") == 2  # appended, never truncated
 
 
 def test_a_folder_with_other_flags_is_refused_naming_them_and_rerun_moves_it_aside(project, tmp_path):
