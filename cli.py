@@ -348,6 +348,19 @@ def refuse_field_contradictions(args):
         raise ValueError(f"--objective vespo folds each token's --tis-cap weight into its own answer weight; --tis-mode "
                          f"{args.tis_mode} is one weight an answer already (TRL refuses it too): use token_truncate "
                          "or token_mask")
+    if args.objective in ("dppo_tv", "dppo_kl") and args.tis_cap > 0:
+        raise ValueError(f"--objective {args.objective} weighs each token by pi / pi_sampler already; --tis-cap would "
+                         "weigh it by pi_old / pi_sampler a second time (DPPO's authors take no such weight): drop "
+                         "--tis-cap")
+    given = set(args.typed_flags) | set(config.RECIPES.get(args.recipe) or {})  # typed, or set by the recipe
+    bound = {"gmpo": "each token's log-ratio, 0.4 in its sources", "dppo_tv": "the probability's move, TV 0.15 in "
+             "its sources", "dppo_kl": "the binary KL of the probability's move, 0.05 in its sources"}
+    if args.objective in bound and "clip" not in given:
+        raise ValueError(f"--objective {args.objective} bounds {bound[args.objective]}, and --clip's default 0.2 is "
+                         f"PPO's: give --clip (or --recipe {args.objective})")
+    if args.objective == "vespo" and "loss_agg" not in given:
+        raise ValueError("--objective vespo: its sources average over tokens, and --loss-agg's default is GRPO's "
+                         "seq_mean: give --loss-agg (token_mean, or --recipe vespo)")
     if args.baseline != "group" and args.reward_norm == "norm_then_sum":
         raise ValueError(f"--reward-norm norm_then_sum normalises each reward term in its group (GDPO); --baseline "
                          f"{args.baseline} has no group of its own to do that in: use one or the other")

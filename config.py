@@ -76,7 +76,8 @@ class GRPOConfig:
                           "torch.where form, or the field's (field_methods.py): SAPO's sigmoid gate (TRL sapo, verl "
                           "sapo); GMPO's geometric mean, --clip in log space (verl geo_mean; GMPO: 0.4); DPPO's trust "
                           "region on the probability's move from the sampler, --clip its TV (0.15) or binary KL "
-                          "(0.05) bound (verl dppo_tv, dppo_kl); VESPO's Gamma weight of each answer's ratio (TRL vespo)",
+                          "(0.05) bound (verl dppo_tv, dppo_kl); VESPO's Gamma weight of each answer's ratio (TRL vespo; "
+                          "token_mean). Each field objective wants its sources' value typed, or its --recipe",
                           ["ppo", "cispo", "book", "sapo", "gmpo", "dppo_tv", "dppo_kl", "vespo"])
     sapo_tau_pos: float = knob("objective", 1.0, "SAPO's gate temperature where A > 0 (TRL sapo_temperature_pos, verl "
                                "tau_pos: 1.0)")
@@ -104,7 +105,8 @@ class GRPOConfig:
                                "with --adaptive-entropy, its starting value")
     adaptive_entropy: bool = knob("objective", False, "steer alpha each step towards --entropy-target (Skywork-OR1's "
                                   "adaptive entropy control; TRL use_adaptive_entropy): +delta while the learner's "
-                                  "entropy is at or below it, -delta above, applied only at or below it")
+                                  "entropy is at or below it, -delta above, applied only at or below it (the entropy "
+                                  "over every token: TRL's, with --top-entropy-quantile, over the kept ones)")
     entropy_target: float = knob("objective", 0.2, "tgt-ent, nats, for --adaptive-entropy (TRL entropy_target and the "
                                  "Skywork-OR1 scripts: 0.2)")
     entropy_coef_delta: float = knob("objective", 0.005, "delta: alpha's step for --adaptive-entropy (TRL "
@@ -112,8 +114,8 @@ class GRPOConfig:
     entropy_coef_max: float = knob("objective", 1.0, "alpha's ceiling for --adaptive-entropy (TRL entropy_coef_max: 1; "
                                    "the Skywork-OR1 scripts: 0.005)")
     top_entropy_quantile: float = knob("objective", 1.0, "rho: the policy gradient only on the update's top rho of "
-                                       "tokens by entropy (the 80/20 rule, arXiv 2506.01939, which uses 0.2; TRL "
-                                       "top_entropy_quantile; 1: every token)")
+                                       "tokens by entropy, and the entropy bonus too, as TRL's (the 80/20 rule, arXiv "
+                                       "2506.01939, which uses 0.2; TRL top_entropy_quantile; 1: every token)")
     kl_cov: float = knob("objective", 0.0, "k: KL-Cov (Cui et al.), the share k of an update's tokens whose log-prob "
                          "most covaries with their advantage pay |log pi - log pi_old| (verl's kl_cov_ratio; 0: off)")
     fused_head: bool = knob("objective", True, "log-probs straight from hidden states (never the logits)")
@@ -204,8 +206,9 @@ RECIPES["olmo3"] = dict(RECIPES["book"], dynamic_sampling=True, max_sampling_rou
                         loss_agg="token_mean", kl=0.0, clip=0.2, clip_high=10.0, adv_norm="none")
 # deepseek_v32_style.py, items 8-12 on 7_5_plus_kl.py: (8) a KL of zero for math; (9) the KL re-weighted by
 # pi / pi_old (inert at beta 0, as in the script); (10) off-policy sequence masking, delta 0.1; (11) the kept
-# sampling mask; (12) GRPO's std kept. Departure: (10) measures the distance from the sampler's log-probs (as
-# DeepSeek-V3.2 takes them from its sampler), the script from pi_old's at T 1 (grpo.off_policy_keep)
+# sampling mask; (12) GRPO's std kept, as the script keeps it (DeepSeek-V3.2's own section 3.1 writes R_i - mean(R),
+# no std). Departure: (10) measures the distance from the sampler's log-probs (as DeepSeek-V3.2 takes them from its
+# sampler), the script from pi_old's at T 1 (grpo.off_policy_keep)
 RECIPES["deepseek_v32"] = dict(RECIPES["book"], kl=0.0, kl_reweight=True, off_policy_mask=0.1,
                                keep_sampling_mask=True, adv_norm="group")
 # gdpo.py: a bonus of 0.1 for a boxed answer, each reward term normalised in its group before the sum (GDPO),
@@ -233,8 +236,9 @@ RECIPES["sapo"] = dict(objective="sapo", sapo_tau_pos=1.0, sapo_tau_neg=1.05, lo
 RECIPES["gmpo"] = dict(objective="gmpo", clip=0.4, clip_high=0.4, loss_agg="seq_mean")
 # DPPO (Qi et al. 2026, arXiv 2602.04879; verl examples/dppo_trainer/run_qwen30b_dppo.sh): the TV bound 0.15, the
 # binary KL's 0.05, no std and Dr. GRPO's constant normaliser (the script: norm_adv_by_std_in_grpo False,
-# seq-mean-token-sum-norm, which divides by the length cap alone, not also by the batch). Departure: no truncation of
-# the ratio pi / mu (the script sets clip_ratio_c 1e4 for the same)
+# seq-mean-token-sum-norm, which verl's agg_loss divides by the batch and the length cap, as --loss-agg constant does).
+# Departure: no truncation of the ratio pi / mu (the script sets clip_ratio_c 1e4 for the same). The bare
+# --objective dppo_tv / dppo_kl / gmpo ask for --clip, and --objective vespo for --loss-agg (cli.py)
 RECIPES["dppo_tv"] = dict(objective="dppo_tv", clip=0.15, clip_high=0.15, adv_norm="none", loss_agg="constant")
 RECIPES["dppo_kl"] = dict(RECIPES["dppo_tv"], objective="dppo_kl", clip=0.05, clip_high=0.05)
 # LUSPO (Liu et al. 2026, arXiv 2602.05261; TRL loss_type "luspo", which requires the sequence level): GSPO's recipe

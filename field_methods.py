@@ -76,21 +76,35 @@ def reinforce_pp_advantages(rewards, lengths, eps=1e-8):
 # ---------------------------------------------------------------- 2. objectives
 
 def objective(ratio, A, logp, old_logp, sampler_logp, mask, cfg, is_weights=None):
-    """The field's objectives, to be maximised, as grpo_loss calls them -> (surrogate, low, high) as
-    grpo.clipped_objective returns them: (B, T) or (B, 1), and where each side's bound stops a gradient.
+    """The field's objectives, to be maximised, as grpo_loss calls them -> (surrogate, low, high, weights):
+    surrogate, low and high as grpo.clipped_objective returns them ((B, T) or (B, 1), and where each side's bound
+    stops a gradient), and the importance weights grpo_loss multiplies the surrogate by, or None.
     ratio (B, T) pi / pi_old per token; A (B, 1); logp, old_logp, sampler_logp, mask (B, T); is_weights:
-    the importance weights of --tis-cap (VESPO folds them into its own weight), or None."""
+    the importance weights of --tis-cap, or None. Each objective takes them as its source does: SAPO as a
+    token's weight; GMPO as their geometric mean over the answer (verl); DPPO not at all, its own weight
+    pi / pi_sampler corrects for the sampler already (its authors ignore them; cli.py refuses the pair); VESPO
+    inside its own weight of the answer, which it returns in their place."""
     eps_low, eps_high = cfg.clip_range
     if cfg.objective == "sapo":
-        return sapo_objective(ratio, A, cfg.sapo_tau_pos, cfg.sapo_tau_neg)
+        return (*sapo_objective(ratio, A, cfg.sapo_tau_pos, cfg.sapo_tau_neg), is_weights)
     if cfg.objective == "gmpo":
-        return gmpo_objective(logp, old_logp, A, mask, eps_low, eps_high)
+        return (*gmpo_objective(logp, old_logp, A, mask, eps_low, eps_high), geometric_mean(is_weights, mask))
     if cfg.objective in ("dppo_tv", "dppo_kl"):
-        return dppo_objective(logp, sampler_logp, A, eps_low, eps_high, cfg.objective[len("dppo_"):])
+        return (*dppo_objective(logp, sampler_logp, A, eps_low, eps_high, cfg.objective[len("dppo_"):]), None)
     if cfg.objective == "vespo":
         kernel = (cfg.vespo_k_pos, cfg.vespo_lambda_pos, cfg.vespo_k_neg, cfg.vespo_lambda_neg)
-        return vespo_objective(logp, old_logp, A, mask, is_weights, *kernel)
+        phi = vespo_weights(logp, old_logp, A, mask, is_weights, *kernel)  # (B, 1)
+        return (*policy_gradient(A, logp), phi)
     raise ValueError(f"unknown objective {cfg.objective!r}")
+
+
+def geometric_mean(weights, mask):
+    """(B, 1): each answer's token weights (B, T) as one, their geometric mean exp(mean_t log w_t) (verl's GMPO: a
+    weight of 0, masked, counts as 1e-10, so the answer's weight nears 0); (B, 1) weights, or None, as they are."""
+    if weights is None or weights.shape[1] == 1:
+        return weights
+    m = mask.to(weights.dtype)
+    return torch.exp((torch.log(weights + 1e-10) * m).sum(1, keepdim=True) / m.sum(1, keepdim=True).clamp(min=1))
 
 
 def nowhere(surrogate):
@@ -169,7 +183,7 @@ def dppo_objective(logp, sampler_logp, A, eps_low, eps_high, divergence="tv"):
     return surr, low, high
 
 
-def vespo_objective(logp, old_logp, A, mask, is_weights, k_pos, lambda_pos, k_neg, lambda_neg):
+def vespo_weights(logp, old_logp, A, mask, is_weights, k_pos, lambda_pos, k_neg, lambda_neg):
     """VESPO (Shen et al. 2026, arXiv 2602.10693; its authors' code, FloyedShen/VESPO
     recipe/vespo/code/core_algos.py compute_policy_loss_vespo; TRL grpo_trainer get_gamma_weights),
     --objective vespo: a smooth Gamma-shaped weight of each answer's whole importance ratio, in place
@@ -183,15 +197,22 @@ def vespo_objective(logp, old_logp, A, mask, is_weights, k_pos, lambda_pos, k_ne
     w^k from 0 and decays as e^(-lambda w) past its peak at k / lambda, so an answer far from the
     policy either way weighs little, smoothly. log w is clamped to [log 1e-8, 20] as TRL does; with
     --tis-cap the sampler's ratio joins w (the authors' rollout_is_weights), so w = pi / pi_sampler.
-    logp, old_logp, mask (B, T), A (B, 1) -> (surrogate (B, T), low, high: none)"""
+    Its sources average over tokens (--loss-agg token_mean; cli.py asks for the value). This returns
+    sg(phi(w)); objective() sets it on the policy gradient A log pi (policy_gradient).
+    logp, old_logp, mask (B, T), A (B, 1) -> (B, 1)"""
     log_r = (logp.detach() - old_logp).clamp(-20.0, 20.0)  # (B, T)
     if is_weights is not None:
         log_r = log_r + torch.log(is_weights.clamp(min=1e-8)).clamp(-20.0, 20.0)
     log_w = (log_r * mask).sum(1, keepdim=True).clamp(math.log(1e-8), 20.0)  # (B, 1) the answer's log ratio
     k = torch.where(A >= 0, k_pos, k_neg)  # (B, 1)
     lam = torch.where(A >= 0, lambda_pos, lambda_neg)
-    phi = torch.exp(lam + k * log_w - lam * log_w.exp())  # (B, 1)
-    surr = phi * A * logp
+    return torch.exp(lam + k * log_w - lam * log_w.exp())  # (B, 1)
+
+
+def policy_gradient(A, logp):
+    """The plain policy gradient's surrogate A * log pi (REINFORCE), for a method whose weight (VESPO's) does the
+    work a clip does -> (surrogate (B, T), low, high: none)."""
+    surr = A * logp
     return (surr, *nowhere(surr))
 
 
@@ -264,12 +285,25 @@ def high_entropy_mask(entropy, mask, rho):
         keep_t = 1[H_t >= tau_rho],   tau_rho the (1 - rho)-quantile of H over the update's tokens
 
     The dropped tokens stay in the aggregation's denominators: TRL multiplies each token's loss by this mask and
-    divides by the completion mask, so their terms are 0, not absent. The KL and the entropy bonus keep every
-    token. The quantile is over this rank's tokens (TRL gathers every process's).
+    divides by the completion mask, so their terms are 0, not absent. The KL keeps every token; the entropy bonus
+    reads the kept ones alone, as TRL's (grpo_loss). Two departures from TRL: --adaptive-entropy's controller
+    measures the entropy over every token (TRL: over the kept ones), and the quantile is over this rank's tokens
+    (TRL gathers every process's).
     entropy, mask (B, T) -> (B, T) bool"""
     real = mask.bool()
     tau = torch.quantile(entropy[real].float(), 1 - rho)
     return real & (entropy >= tau)
+
+
+def kl_cov_penalty(logp, old_logp, A, mask, k):
+    """KL-Cov (Cui et al., arXiv 2505.22617; verl's kl_cov, coefficient 1): the entropy falls where (log pi -
+    mean)(A - mean) is large; the share k of the tokens with the largest pay |log pi - log pi_old|. (B, T)"""
+    real = mask.bool()  # (B, T)
+    a, lp = A.expand_as(logp)[real], logp.detach()[real]  # (N,) each real token's advantage, log-prob
+    cov = (a - a.mean()) * (lp - lp.mean())  # (N,)
+    picked = torch.zeros_like(cov)
+    picked[cov.topk(min(cov.numel(), max(1, int(k * cov.numel())))).indices] = 1.0
+    return torch.zeros_like(logp).masked_scatter(real, picked) * (logp - old_logp).abs()  # (B, T)
 
 
 def aggregate(token_loss, mask, mode):
@@ -303,10 +337,28 @@ def k3_plus(log_r):
     On samples of pi, k2's gradient, (log pi - log pi_ref) grad log pi, averages to the gradient of
     KL(pi || pi_ref), the KL the value estimates; k3's, (1 - pi_ref / pi) grad log pi, averages to
     sum_y (pi - pi_ref) grad log pi = the gradient of KL(pi_ref || pi), the other direction (Schulman,
-    "Approximating KL"). The value logged stays k3's. log_r (B, T) or (B, 1) -> the same shape"""
+    "Approximating KL"). The value logged stays k3's. verl clamps that value to [-10, 10] (and log r to
+    [-20, 20]); here log r is clamped above at 20 only, and the value not at all: the gradient, k2's, is the
+    same. log_r (B, T) or (B, 1) -> the same shape"""
     k2 = 0.5 * log_r ** 2
     k3 = torch.exp(log_r.clamp(max=20.0)) - 1 - log_r
     return k2 - k2.detach() + k3.detach()
+
+
+def kl_grad_bias(lp, ref, estimator):
+    """--exact-kl's kl_grad_bias, what k3+ exists to remove: how far the KL estimator's gradient, in expectation
+    over the tokens pi samples, is from the exact KL's gradient (Schulman, "Approximating KL"; verl's kl_penalty),
+    summed over the n positions: sum_t |E_y[g_t] - g*_t| / sum_t |g*_t|. At a position with log-probs lp, ref (V,)
+    over the vocabulary, an estimator of log r = ref - lp at the sampled y has the gradient f(y) (e_y - pi) in the
+    logits, f its derivative in log pi(y); so
+        E_y~pi [ f(y) (e_y - pi) ] = pi f - pi sum_y pi(y) f(y),     g* = grad KL(pi || pi_ref) = pi (lp - ref - KL)
+    k1: f = 1, E = 0 (no pull at all); k2 and k3+: f = lp - ref, E = g* (unbiased); k3: f = 1 - pi_ref / pi,
+    E = pi - pi_ref, the gradient of the other direction, KL(pi_ref || pi). lp, ref (n, V) -> a 0-d tensor"""
+    p, d = lp.exp(), (lp - ref).nan_to_num(0.0)  # (n, V)
+    f = {"k1": torch.ones_like(d), "k2": d, "k3+": d, "k3": 1 - (ref - lp).exp().nan_to_num(0.0)}[estimator]
+    expected = p * f - p * (p * f).sum(-1, keepdim=True)  # (n, V)
+    exact = p * (d - (p * d).sum(-1, keepdim=True))  # (n, V)
+    return (expected - exact).abs().sum() / exact.abs().sum().clamp(min=1e-30)
 
 
 # ---------------------------------------------------------------- 6. between steps: the adaptive entropy coefficient

@@ -188,15 +188,15 @@ class Loss(NamedTuple):
     clipped_high: torch.Tensor  # ... and above 1
     kept: torch.Tensor          # (B,) 1 for the answers --off-policy-mask keeps, 0 for those it drops; None when off
     dropped: dict               # name -> (B, T) bool: the completion tokens a field mask took out (--rejection, ...)
+    weight: torch.Tensor        # (B, T) or (B, 1): the importance weight on each term (--tis-cap's, VESPO's); or None
+    token_weights: torch.Tensor  # (B, T): what each token's loss weighs in the mean (token_weights)
 
 
 def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampler_logp=None):
     """The GRPO loss, to be minimised, on (B, T) token log-probs -> Loss:
         loss = -mean( clipped(pi / pi_old) * A )  +  beta * mean( KL(pi || pi_ref) )  [- alpha * mean(entropy)]
-    loss_mask (B, T) marks the completion tokens; adv (B,); entropy (B, T) is for the entropy bonus.
-    sampler_logp (B, T), what the sampler drew each token with, is for the off-policy corrections
-    (section 5): --off-policy-mask drops answers (A = 0), --tis-cap weighs each token's policy-gradient term.
-    """
+    loss_mask (B, T) marks the completion tokens; adv (B,); entropy (B, T) is for the entropy bonus; sampler_logp
+    (B, T), what the sampler drew each token with, for the off-policy corrections (section 5)."""
     beta, alpha = cfg.kl, cfg.entropy_coef  # the flags --kl and --entropy-coef
     kept, dropped = None, {}
     if cfg.rejection:  # verl's rollout_rs: tokens, or whole answers, too far from their sampler leave the mask
@@ -209,6 +209,8 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
     A = adv[:, None]  # (B, 1): every token of a completion shares its advantage
     ratio = policy_ratio(logp, old_logp, loss_mask, cfg.ratio_level)  # (B, T) or (B, 1)
     weights = tis_weights(old_logp, sampler_logp, cfg.tis_cap, loss_mask, cfg) if cfg.tis_cap > 0 else None
+    if cfg.tis_cap > 0 and cfg.tis_mode.endswith("mask"):  # IcePop, MIS: the tokens whose weight was set to 0
+        dropped["is_masked_frac"] = loss_mask & (weights == 0)
     if cfg.objective == "ppo":
         surrogate, low, high = clipped_objective(ratio, A, eps_low, eps_high, cfg.dual_clip)
     elif cfg.objective == "book":
@@ -216,15 +218,16 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
     elif cfg.objective == "cispo":
         surrogate, low, high = cispo_objective(ratio, A, logp, eps_low, eps_high)
     else:  # the field's: SAPO, GMPO, DPPO-TV / -KL, VESPO (an unknown name is a ValueError there)
-        surrogate, low, high = field_methods.objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg, weights)
-    if weights is not None and cfg.objective != "vespo":  # importance sampling towards the learner (VESPO's is inside)
-        surrogate = surrogate * weights  # (B, T), or (B, 1) with --tis-mode sequence_*
-        if cfg.tis_mode.endswith("mask"):  # IcePop, MIS: the tokens whose weight was set to 0
-            dropped["is_masked_frac"] = loss_mask & (weights == 0)
+        surrogate, low, high, weights = field_methods.objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg,
+                                                                weights)
+    if weights is not None:  # importance sampling towards the learner (VESPO's: its Gamma weight of each answer)
+        surrogate = surrogate * weights  # (B, T), or (B, 1) with --tis-mode sequence_*, GMPO and VESPO
     if cfg.kl_cov > 0:  # KL-Cov: hold back the few tokens that drive the entropy down
-        surrogate = surrogate - kl_cov_penalty(logp, old_logp, A, loss_mask, cfg.kl_cov)  # (B, T)
+        surrogate = surrogate - field_methods.kl_cov_penalty(logp, old_logp, A, loss_mask, cfg.kl_cov)  # (B, T)
+    bonus_mask = loss_mask  # the tokens the entropy bonus reads: all, or (as TRL's) the 80/20 rule's
     if cfg.top_entropy_quantile < 1:  # the 80/20 rule: the policy gradient on the high-entropy tokens alone
-        surrogate = surrogate * field_methods.high_entropy_mask(entropy.detach(), loss_mask, cfg.top_entropy_quantile)
+        bonus_mask = field_methods.high_entropy_mask(entropy.detach(), loss_mask, cfg.top_entropy_quantile)  # (B, T)
+        surrogate, dropped["low_entropy_frac"] = surrogate * bonus_mask, loss_mask & ~bonus_mask
     loss = aggregate(-surrogate.expand_as(logp), loss_mask, cfg.loss_agg, cfg.max_new_tokens)
     terms = {"pg_loss": loss}
     if beta > 0:
@@ -233,10 +236,10 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
         terms["kl"] = aggregate(kl, loss_mask, cfg.loss_agg, cfg.max_new_tokens)
         loss = loss + beta * terms["kl"]
     if alpha != 0:  # entropy bonus (TRL's entropy_coef, verl's entropy_coeff): keep exploring
-        terms["entropy_bonus"] = aggregate(entropy, loss_mask, cfg.loss_agg, cfg.max_new_tokens)
+        terms["entropy_bonus"] = aggregate(entropy, bonus_mask, cfg.loss_agg, cfg.max_new_tokens)
         loss = loss - alpha * terms["entropy_bonus"]
     terms["loss"] = loss
-    return Loss(loss, terms, ratio, low, high, kept, dropped)
+    return Loss(loss, terms, ratio, low, high, kept, dropped, weights, token_weights(loss_mask, cfg.loss_agg))
 
 
 def policy_ratio(logp, old_logp, mask, level="token"):
@@ -282,7 +285,7 @@ def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=Non
     (B, 1) per sequence; with log r = log pi_ref - log pi:
       k1 = -log r                 unbiased, can be negative, high variance
       k2 = (log r)^2 / 2          biased, always >= 0
-      k3 = r - 1 - log r          unbiased, always >= 0, low variance (GRPO's choice; r = safe_exp(log r))
+      k3 = r - 1 - log r          unbiased, >= 0, low variance (GRPO's; r = safe_exp(log r); verl clamps it at 10)
     "From samples of pi": k1's gradient, grad log pi, averages to zero only there; over samples of another q
     (a sharper sampler, top-p) minimising it lowers log pi where q draws, flattening pi. level "sequence" (the
     book's 7_5_plus_kl.py): log pi and log pi_ref summed over each answer first, one log r an answer.
@@ -325,6 +328,13 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
     if mode == "constant":
         return global_mean((token_loss * mask).sum(), mask.shape[0] * max_len)
     return field_methods.aggregate(token_loss, mask, mode)  # bnpo, luspo (an unknown name is a ValueError there)
+
+
+def token_weights(mask, mode="seq_mean"):
+    """(B, T): each completion token's weight in aggregate(mode), up to a factor common to the batch: 1 / |o_i| under
+    seq_mean (a short answer's token weighs more: Dr. GRPO's length bias), 1 under the others (luspo: |o_i| / |o_i|)."""
+    mask = mask.float()
+    return mask / mask.sum(1, keepdim=True).clamp(min=1) if mode == "seq_mean" else mask
 
 
 def sequence_mean(x, mask):
@@ -421,21 +431,12 @@ def off_policy_keep(logp, sampler_logp, adv, loss_mask, delta):
     return (~((adv < 0) & (kl > delta))).to(logp.dtype)
 
 
-def kl_cov_penalty(logp, old_logp, A, mask, k):
-    """KL-Cov (Cui et al., arXiv 2505.22617; verl's kl_cov, coefficient 1): the entropy falls where (log pi -
-    mean)(A - mean) is large; the share k of the tokens with the largest pay |log pi - log pi_old|. (B, T)"""
-    real = mask.bool()  # (B, T)
-    a, lp = A.expand_as(logp)[real], logp.detach()[real]  # (N,) each real token's advantage, log-prob
-    cov = (a - a.mean()) * (lp - lp.mean())  # (N,)
-    picked = torch.zeros_like(cov)
-    picked[cov.topk(min(cov.numel(), max(1, int(k * cov.numel())))).indices] = 1.0
-    return torch.zeros_like(logp).masked_scatter(real, picked) * (logp - old_logp).abs()  # (B, T)
-
-
 @torch.no_grad()
 def exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg):
-    """--exact-kl's kl_exact: the KL term's target, sum_v pi(v) (log pi(v) - log pi_ref(v)) at each sampled
-    position (summed over an answer for --kl-level sequence), aggregated as the term is; None without it."""
+    """--exact-kl: (kl_exact, kl_grad_bias), or None without it. kl_exact is the KL term's target,
+    sum_v pi(v) (log pi(v) - log pi_ref(v)) at each sampled position (summed over an answer for --kl-level
+    sequence), aggregated as the term is; kl_grad_bias the bias of the estimator's gradient
+    (field_methods.kl_grad_bias; None for --kl-level sequence)."""
     if not (cfg.exact_kl and cfg.kl > 0):
         return None
     m, support = loss_mask[rows], None if batch.support is None else batch.support[rows]  # (b, T), (b, T, V)
@@ -444,5 +445,6 @@ def exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg):
     per_token = (lp.exp() * (lp - ref).nan_to_num(0.0)).sum(-1)  # (n,): -inf - -inf outside a kept support
     kl = lp.new_zeros(m.shape).masked_scatter(m, per_token)  # (b, T)
     if cfg.kl_level == "sequence":
-        kl = kl.sum(1, keepdim=True)  # (b, 1)
-    return aggregate(kl, m, cfg.loss_agg, cfg.max_new_tokens)
+        return aggregate(kl.sum(1, keepdim=True), m, cfg.loss_agg, cfg.max_new_tokens), None
+    return aggregate(kl, m, cfg.loss_agg, cfg.max_new_tokens), field_methods.kl_grad_bias(lp, ref, cfg.kl_estimator)
+

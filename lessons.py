@@ -39,6 +39,8 @@ MANY = ["--level", "medium_many", "--eval-level", "many", "--init", "checkpoints
         "--minibatches", "4", "--steps", "40", "--eval-every", "20", "--eval-pass-k", "8", "--eval-pass-n", "16"]
 KL_REUSE = ["--kl", "0.5", "--mu", "4", "--minibatches", "4", "--exact-kl"]  # a strong KL on pi_old's samples, and
 # its exact value beside it
+G4 = ["--group-size", "4", "--prompts-per-step", "32"]  # groups of 4, the default's 128 answers a step
+KL_ONPOLICY = ["--kl", "0.1", "--mu", "1", "--exact-kl"]  # a KL on the samples of the policy itself
 EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     # our default regime: GRPO's variants, each against the default
     "default": ([], "python train.py's own settings, nothing added: the clipped ratio at eps 0.2, two updates a "
@@ -190,8 +192,9 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
                   "lesson 1's far off-policy epochs with SAPO's sigmoid gate (tau 1 / 1.05) instead of a clip"),
     "book_gmpo": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "gmpo", "--ratio-level", "token", "--clip", "0.4"],
                   "... with GMPO's geometric mean of the token ratios, clipped to (e^-0.4, e^0.4)"),
-    "lag_decoupled_icepop": ([*LAG, "--lag-pi-old", "learner", "--tis-cap", "2", "--tis-floor", "0.5", "--tis-mode",
-                              "token_mask"], "the stale sampler with IcePop's weights: kept in [0.5, 2], else 0"),
+    "lag_decoupled_icepop": ([*LAG, "--lag-pi-old", "learner", "--tis-cap", "5", "--tis-floor", "0.5", "--tis-mode",
+                              "token_mask"], "the stale sampler with IcePop's weights: kept in [0.5, 5], else 0 (Ring-1T's "
+                                             "alpha 0.5, beta 5)"),
     "lag_decoupled_seq_is": ([*LAG, "--lag-pi-old", "learner", "--tis-cap", "3", "--tis-mode", "sequence_mask"],
                              "... with one weight an answer, masked above 3 (TRL's default mode and cap)"),
     "lag_decoupled_reject": ([*LAG, "--lag-pi-old", "learner", "--rejection", "seq_mean_k3", "--rejection-bound",
@@ -201,19 +204,46 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
                               "... with DPPO's trust region on the probability's move from the sampler, TV 0.15"),
     "lag_decoupled_dppo_kl": ([*LAG, "--lag-pi-old", "learner", "--objective", "dppo_kl", "--clip", "0.05"],
                               "... the same with the binary KL, 0.05"),
-    "lag_decoupled_vespo": ([*LAG, "--lag-pi-old", "learner", "--objective", "vespo", "--tis-cap", "2"],
-                            "... with VESPO's Gamma weight of each answer's ratio to the sampler (TIS's C = 2 inside)"),
+    "lag_decoupled_vespo": ([*LAG, "--lag-pi-old", "learner", "--objective", "vespo", "--tis-cap", "2", "--loss-agg",
+                             "token_mean"], "... with VESPO's Gamma weight of each answer's ratio to the sampler (TIS's "
+                                            "C = 2 inside), over tokens as its sources average"),
     "many_top_entropy": ([*MANY, "--top-entropy-quantile", "0.2"],
                          "inequalities, the policy gradient on the top 20% of tokens by entropy (the 80/20 rule)"),
     "many_adaptive_entropy": ([*MANY, "--adaptive-entropy"],
                               "... with the entropy bonus steered from 0 towards 0.2 nats (TRL's defaults)"),
-    "search_rloo": ([*SEARCH, "--baseline", "leave_one_out"], "the runaway's task with RLOO's leave-one-out baseline"),
-    "search_reinforce_pp": ([*SEARCH, "--baseline", "batch"], "... with REINFORCE++'s baseline, the batch's tokens"),
+    # the baselines where theirs differs most from a group's: 4 answers a problem (32 problems a step, the same 128
+    # answers), where the group's mean holds a quarter of the answer it judges and a third of the groups are all right
+    # or all wrong, so GRPO gives them nothing
+    "g4": (G4, "4 answers to each of 32 problems a step: GRPO's group mean and std"),
+    "g4_drgrpo": ([*G4, "--adv-norm", "none", "--loss-agg", "constant"], "... Dr. GRPO's: the group's mean, no std, "
+                                                                          "the constant normaliser"),
+    "g4_rloo": ([*G4, "--baseline", "leave_one_out"], "... RLOO's: the mean of the other 3 answers, undivided"),
+    "g4_reinforce_pp": ([*G4, "--baseline", "batch"], "... REINFORCE++'s: the batch's mean and std over its tokens"),
     "search_dropout_luspo": ([*SEARCH, "--dropout", "0.1", "--steps", "60", "--ratio-level", "gspo", "--clip", "3e-4",
                               "--clip-high", "4e-4", "--loss-agg", "luspo"],
                              "... GSPO with each answer's loss scaled by its length (LUSPO)"),
-    "book_kl_k3plus": ([*BOOK, "--kl-estimator", "k3+", "--kl-level", "token"],
-                       "lesson 2's book run with k3+ per token: k3's value, k2's gradient"),
+    # the KL's gradient where pi samples its own tokens (one update a rollout, at the sampler's temperature), its
+    # exact value and its estimator's gradient bias logged beside (--exact-kl)
+    "kl_onpolicy": (KL_ONPOLICY, "k3 per token, beta 0.1, one update a rollout, the exact KL and k3's gradient bias "
+                                 "logged"),
+    "kl_onpolicy_k3plus": ([*KL_ONPOLICY, "--kl-estimator", "k3+"], "... with k3+: k3's value, k2's gradient (verl)"),
+    "kl_onpolicy_k2": ([*KL_ONPOLICY, "--kl-estimator", "k2"], "... with k2, whose gradient is k3+'s and whose value "
+                                                               "is biased"),
+    # rivals: the method a learner would pick instead of a fix or a variant, in its regime (lessons.RIVALS)
+    "book_runaway_format_w01": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight",
+                                 "0.1"], "the book's 7_6 format bonus at 0.1, the book's other remedy (7.6)"),
+    "book_runaway_tis": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--tis-cap", "2"],
+                         "the runaway with truncated importance sampling towards the learner, C = 2"),
+    "book_runaway_mask_truncated": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--mask-truncated"],
+                                    "the runaway with the answers cut at the cap out of the loss (DAPO's overlong "
+                                    "filtering)"),
+    "ds8": (["--prompts-per-step", "8"], "the default at 8 prompts a step: more groups, not redrawn ones"),
+    "kl_reuse_k3plus": ([*KL_REUSE, "--loss-agg", "token_mean", "--steps", "50", "--kl-estimator", "k3+"],
+                        "the strong KL on 16 updates a rollout by k3+ (k2's gradient) instead of re-weighting"),
+    "rare_format_nostd": ([*RARE, "--format-weight", "0.1", "--adv-norm", "none"],
+                          "... the format bonus of 0.1 in the sum, no std to drown it in (Dr. GRPO's advantages)"),
+    "search_dropout_gmpo": ([*SEARCH, "--dropout", "0.1", "--steps", "60", "--objective", "gmpo", "--clip", "0.4"],
+                            "the noisy token ratio with GMPO's geometric mean, clipped in log space at 0.4"),
 }
 
 

@@ -28,10 +28,12 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
     either; of the high side's, the share below p 0.2: clip_high_lowp_frac), the approximate KL to
     pi_old (verl's ppo_kl: mean of old_logp - logp), the spread of log pi / pi_old over the tokens
     and over the answers' means (logratio_std_token, _seq), with off-policy masking the share of
-    answers it dropped (the field's masks: the share of tokens each dropped, loss.dropped), and with
-    --exact-kl the KL term's exact value (grpo.exact_kl). Given adv (b,)
-    and sampler_logp (b, T): the stale negatives, what the dual clip and off-policy masking act on.
-    loss: grpo.Loss; the rest (b, T), as grpo_step holds them."""
+    answers it dropped (the field's masks: the share of tokens each dropped, loss.dropped), the mean importance
+    weight the policy gradient was multiplied by (is_weight_mean: --tis-cap's, VESPO's), the largest over the
+    smallest weight a token's loss has in the mean (token_weight_spread: the longest answer over the shortest
+    under seq_mean, 1 under token_mean), and with --exact-kl (kl_exact, a pair: grpo.exact_kl) the KL term's exact
+    value and its estimator's gradient bias. Given adv (b,) and sampler_logp (b, T): the stale negatives, what the
+    dual clip and off-policy masking act on. loss: grpo.Loss; the rest (b, T), as grpo_step holds them."""
     for name, value in loss.terms.items():
         stats.mean(name, value)
     stats.mean("grad_norm", grad_norm)
@@ -69,9 +71,16 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
         stats.mean("off_policy_masked_frac", 1 - loss.kept)
     for name, dropped in loss.dropped.items():  # the field's masks (--rejection, IcePop's): the share they took out
         stats.mean(name, dropped.expand_as(m), m)
-    if kl_exact is not None:  # what the KL term estimates, and the estimate's relative gap to it
-        stats.mean("kl_exact", kl_exact)
-        stats.mean("kl_rel_gap", (loss.terms["kl"] - kl_exact) / kl_exact.clamp(min=1e-12))
+    if loss.weight is not None:
+        stats.mean("is_weight_mean", loss.weight.expand_as(m), m)
+    weights = loss.token_weights[m]  # (n,)
+    stats.mean("token_weight_spread", weights.max() / weights.min() if weights.numel() else 1.0)
+    if kl_exact is not None:  # what the KL term estimates, the estimate's relative gap to it, its gradient's bias
+        exact, grad_bias = kl_exact
+        stats.mean("kl_exact", exact)
+        stats.mean("kl_rel_gap", (loss.terms["kl"] - exact) / exact.clamp(min=1e-12))
+        if grad_bias is not None:
+            stats.mean("kl_grad_bias", grad_bias)
 
 
 def answer_means(x, m):
@@ -94,7 +103,15 @@ def batch_stats(stats, batch, adv, zero_std, old_logp, loss_mask, G):
     stats.std("adv_std", adv)
     stats.mean("zero_std_frac", zero_std)
     r = batch.rewards["total"].view(-1, G)  # (n_groups, G)
-    stats.count("signal_groups", (r != r[:, :1]).any(1))  # the trained groups whose advantages are not all 0
+    signal = (r != r[:, :1]).any(1)  # (n_groups,) the groups whose rewards are not all equal
+    stats.count("signal_groups", signal)  # the trained groups whose advantages are not all 0 (GRPO's)
+    # what a baseline makes of the rewards (--baseline): over the groups with a signal, the advantages' size against
+    # the rewards' own distance from their group's mean (GRPO: 1 / the group's std; Dr. GRPO 1; RLOO G / (G - 1));
+    # and the size of the advantages all-equal groups get (GRPO's 0; REINFORCE++'s batch baseline gives them one)
+    in_signal = signal.repeat_interleave(G)  # (B,)
+    centred = (r - r.mean(1, keepdim=True)).view(-1)  # (B,)
+    stats.ratio("adv_to_centred", adv.abs() * in_signal, centred.abs())
+    stats.mean("equal_groups_adv", adv.abs(), ~in_signal, default=None)
     # how much of the advantage the correctness reward still sets, beside a dense term (GDPO)
     stats.corr("adv_correct_corr", adv, batch.rewards["correct"], torch.ones_like(adv, dtype=torch.bool))
     lengths = batch.loss_mask.sum(1)  # (B,)
@@ -104,6 +121,8 @@ def batch_stats(stats, batch, adv, zero_std, old_logp, loss_mask, G):
     correct = batch.rewards["correct"] > 0  # (B,)
     stats.mean("resp_len_correct", lengths, correct, default=None)  # long wrong answers feed pg_k1
     stats.mean("resp_len_wrong", lengths, ~correct, default=None)
+    if "format_paid" in batch.rewards:  # the format bonus paid to wrong answers (--gated pays it to right ones only)
+        stats.mean("format_paid_wrong", batch.rewards["format_paid"], ~correct, default=None)
     stats.count("n_tokens", batch.mask)
     # The sampler and the learner should describe one distribution; with top-p / top-k or a
     # learner temperature of its own they do not. Logged whether or not --tis-cap corrects for

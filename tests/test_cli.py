@@ -90,7 +90,15 @@ def checked(argv, capsys):
     (["--loss-agg", "luspo"], "--loss-agg luspo scales GSPO's per-answer loss"),
     (["--recipe", "vespo", "--tis-cap", "2", "--tis-mode", "sequence_mask"], "is one weight an answer already"),
     (["--baseline", "leave_one_out", "--reward-norm", "norm_then_sum"], "--baseline leave_one_out has no group"),
-    (["--loss-agg", "bnpo", "--ratio-level", "gspo"], "which --loss-agg bnpo would weigh by the answer's length")])
+    (["--loss-agg", "bnpo", "--ratio-level", "gspo"], "which --loss-agg bnpo would weigh by the answer's length"),
+    # a method with a flag it holds already, and the field's bare flags, whose sources give other values than ours
+    (["--objective", "dppo_tv", "--clip", "0.15", "--tis-cap", "2"], "weighs each token by pi / pi_sampler already"),
+    (["--recipe", "dppo_kl", "--tis-cap", "2"], "--tis-cap would weigh it by pi_old / pi_sampler a second time"),
+    (["--objective", "gmpo"], "--objective gmpo bounds each token's log-ratio, 0.4 in its sources"),
+    (["--objective", "dppo_tv"], "TV 0.15 in its sources, and --clip's default 0.2 is PPO's: give --clip (or --recipe "
+                                 "dppo_tv)"),
+    (["--objective", "dppo_kl", "--clip-high", "0.05"], "give --clip (or --recipe dppo_kl)"),
+    (["--objective", "vespo"], "--objective vespo: its sources average over tokens")])
 def test_contradicting_flags_are_refused_in_one_line(argv, message, capsys):
     with pytest.raises(ValueError, match=re.escape(message)) as e:
         checked(argv, capsys)
@@ -118,7 +126,9 @@ def test_contradicting_flags_are_refused_in_one_line(argv, message, capsys):
                                   ["--rejection", "seq_mean_k3", "--rejection-bound", "0.01"],
                                   ["--baseline", "batch"], ["--baseline", "leave_one_out", "--adv-clip", "1"],
                                   ["--top-entropy-quantile", "0.2"], ["--kl", "0.1", "--kl-estimator", "k3+"],
-                                  ["--adaptive-entropy", "--entropy-target", "0.3", "--entropy-coef-max", "0.1"]])
+                                  ["--adaptive-entropy", "--entropy-target", "0.3", "--entropy-coef-max", "0.1"],
+                                  ["--objective", "gmpo", "--clip", "0.2"], ["--objective", "dppo_kl", "--clip", "0.05"],
+                                  ["--objective", "vespo", "--loss-agg", "seq_mean"]])
 def test_the_same_flags_where_they_act_pass_silently(argv, capsys):
     assert checked(argv, capsys) == ""
 

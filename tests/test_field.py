@@ -110,6 +110,43 @@ def test_gmpo_takes_the_geometric_mean_of_ratios_clipped_in_log_space():
     assert out.clipped_high[0, 0] and out.clipped_low[1, 1] and not out.clipped_low[2, 1]
 
 
+def test_gmpo_takes_the_samplers_weights_as_their_geometric_mean_over_the_answer():
+    """GMPO with --tis-cap C (verl's compute_policy_loss_geo_mean): each answer's token weights w_t = min(pi_old /
+    pi_sampler, C) enter as one, exp(mean_t log w_t), times its surrogate A g (all log-ratios inside the band here,
+    so each token's gradient is -A g W / (3 n)); an arithmetic mean of w_t would give another W in every row."""
+    logp = leaf([[-1.0, -0.5, -2.0], [-0.2, -1.5], [-0.7, -0.3, -1.1, -0.9]])
+    log_r = tensor([[0.1, -0.2, 0.05], [0.2, 0.1], [-0.1, 0.0, 0.1, -0.05]])
+    old = logp.detach() - log_r
+    adv = [1.0, -0.5, 0.5]
+    cfg = GRPOConfig(objective="gmpo", clip=0.4, tis_cap=2.0)
+    out, _, grad = loss_and_grad(logp, old, adv, cfg, sampler=old - tensor(IS_LOG_W))
+    want, weights = {}, []
+    for i, n in enumerate(LENGTHS):
+        g = math.exp(sum(log_r[i, t].item() for t in range(n)) / n)
+        W = math.exp(sum(math.log(min(math.exp(IS_LOG_W[i][t]), 2.0)) for t in range(n)) / n)  # 0.3, 1.5, 2 -> 0.97
+        weights.append(W)
+        for t in range(n):
+            want[i, t] = -adv[i] * g * W / (3 * n)
+    assert_grad(grad, want)
+    torch.testing.assert_close(out.weight[:, 0], torch.tensor(weights, dtype=torch.float64))
+    assert abs(weights[0] - (0.3 + 1.5 + 2.0) / 3) > 0.2  # the arithmetic mean would be 1.27
+
+
+def test_dppo_takes_no_second_sampler_weight():
+    """DPPO weighs each token by pi / pi_sampler already (its authors take no rollout weight): with --tis-cap the
+    loss and its gradient are DPPO's own, not times min(pi_old / pi_sampler, C) again (cli.py refuses the pair)."""
+    mu, pi = probability_case()
+    sampler = tensor([[math.log(p) for p in row] for row in mu])
+    old = sampler + tensor(IS_LOG_W)  # pi_old / pi_sampler of 0.3 to 4: a second weight would move every term
+    results = []
+    for tis_cap in (0.0, 2.0):
+        logp = leaf([[math.log(p) for p in row] for row in pi])
+        cfg = GRPOConfig(objective="dppo_tv", clip=0.15, tis_cap=tis_cap)
+        out, loss, grad = loss_and_grad(logp, old, [1.0, -1.0, 2.0], cfg, sampler=sampler)
+        results.append((loss, grad.clone(), out.weight))
+    assert results[1][0] == results[0][0] and torch.equal(results[1][1], results[0][1])
+    assert results[0][2] is None and results[1][2] is None
+
 def probability_case():
     """Probabilities of the sampler (mu) and the learner (pi) at each token, chosen around DPPO's bounds."""
     mu = [[0.5, 0.01, 0.9], [0.9, 0.2], [0.6, 0.06, 0.3, 0.97]]
@@ -156,19 +193,21 @@ def test_vespo_weighs_each_answer_by_the_gamma_kernel_of_its_whole_ratio():
     log_r = tensor([[0.3, -0.4, 0.2], [0.9, 0.8], [-0.2, 0.1, -0.3, -0.1]])
     adv = [1.0, -0.5, 0.0]  # A = 0 takes the positive kernel (and contributes nothing)
     cfg = GRPOConfig(objective="vespo", loss_agg="token_mean")
-    _, loss, grad = loss_and_grad(logp, logp.detach() - log_r, adv, cfg)
-    N, want_loss, want_grad = sum(LENGTHS), 0.0, {}
+    out, loss, grad = loss_and_grad(logp, logp.detach() - log_r, adv, cfg)  # out.weight: phi, the answers' weight
+    N, want_loss, want_grad, phis = sum(LENGTHS), 0.0, {}, []
     for i, n in enumerate(LENGTHS):
         A = adv[i]
         k, lam = (2.0, 3.0) if A >= 0 else (3.0, 2.0)
         w = math.exp(sum(log_r[i, t].item() for t in range(n)))  # the product of the token ratios
         phi = math.exp(lam) * w ** k * math.exp(-lam * w)
+        phis.append(phi)
         for t in range(n):
             want_loss -= phi * A * logp[i, t].item() / N
             want_grad[i, t] = -phi * A / N
     assert loss == pytest.approx(want_loss, rel=1e-12)
     assert_grad(grad, want_grad)
     assert 0 < want_grad[1, 0] * N / 0.5 < 0.05  # a stale answer (w = e^1.7) weighs little: phi = 0.022
+    torch.testing.assert_close(out.weight[:, 0], torch.tensor(phis, dtype=torch.float64))  # what the step logs
 
 
 IS_LOG_W = [[math.log(0.3), math.log(1.5), math.log(4.0)], [math.log(0.8), math.log(2.0)],
@@ -303,6 +342,19 @@ def test_the_80_20_rule_keeps_the_policy_gradient_on_the_top_rho_of_tokens_by_en
     assert sum(v != 0 for v in want_grad.values()) == 4  # 2.0, 1.2, 3.0, 0.9 of the nine
 
 
+def test_the_80_20_rules_entropy_bonus_reads_the_kept_tokens_alone_as_trls():
+    """--top-entropy-quantile 0.4 with an entropy bonus: TRL's bonus averages the entropy over the tokens the rule
+    keeps (its effective mask), each answer's mean of them under seq_mean, an answer with none counting 0; the
+    step logs the share of tokens the rule took out, 5 of 9."""
+    H = [[0.1, 2.0, 0.5], [1.2, 0.05], [0.9, 3.0, 0.3, 0.7]]  # kept: 2.0 | 1.2 | 0.9, 3.0 (the 0.6-quantile is 0.9)
+    logp = leaf([[-1.0, -0.5, -2.0], [-0.2, -1.5], [-0.7, -0.3, -1.1, -0.9]])
+    cfg = GRPOConfig(top_entropy_quantile=0.4, entropy_coef=0.1)
+    out, _, _ = loss_and_grad(logp, logp.detach(), [1.0, -1.0, 0.5], cfg, entropy=tensor(H))
+    assert out.terms["entropy_bonus"].item() == pytest.approx((2.0 + 1.2 + (0.9 + 3.0) / 2) / 3)
+    assert out.dropped["low_entropy_frac"].sum().item() == 5 and out.dropped["low_entropy_frac"][MASK].float().mean() \
+        == pytest.approx(5 / 9)
+
+
 def test_bnpo_is_the_token_mean_over_this_process_and_luspo_scales_gspo_by_length():
     """BNPO: sum of the token terms / their number here (in one process, token_mean number for number). LUSPO
     under GSPO's ratio s_i = exp(mean_t log r_t): loss = -(1/B) sum_i |o_i| s_i A_i, each token's gradient
@@ -378,6 +430,43 @@ def test_k3_plus_has_k3s_value_and_k2s_gradient(level):
     torch.testing.assert_close(logp.grad, want)
     k3_grad = (1 - x.exp()) * m if level == "token" else (1 - x.exp()).expand_as(m) * m
     assert (logp.grad - k3_grad).abs().max() > 0.1  # not k3's gradient
+
+
+def test_kl_grad_bias_by_hand_on_two_tokens():
+    """One position, pi = (0.5, 0.5), pi_ref = (0.8, 0.2). The exact KL's gradient in the logits is
+    g* = pi (log pi - log pi_ref - KL) = (-0.3466, 0.3466); k3's expected gradient is pi - pi_ref = (-0.3, 0.3), so
+    its bias is 0.0466 / 0.3466 = 0.134; k1's is 0 in expectation (bias 1); k2's and k3+'s are g* (bias 0)."""
+    lp, ref = torch.tensor([[0.5, 0.5]]).log().double(), torch.tensor([[0.8, 0.2]]).log().double()
+    kl = 0.5 * math.log(0.5 / 0.8) + 0.5 * math.log(0.5 / 0.2)
+    g = [0.5 * (math.log(0.5 / 0.8) - kl), 0.5 * (math.log(0.5 / 0.2) - kl)]
+    assert g == pytest.approx([-0.34657, 0.34657], abs=1e-5)
+    bias = {est: field_methods.kl_grad_bias(lp, ref, est).item() for est in ("k1", "k2", "k3", "k3+")}
+    assert bias["k3"] == pytest.approx((0.34657 - 0.3) / 0.34657, abs=1e-4)
+    assert bias["k1"] == pytest.approx(1.0) and bias["k2"] == pytest.approx(0.0, abs=1e-12) and bias["k3+"] == bias["k2"]
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3", "k3+"])
+def test_kl_grad_bias_is_the_estimators_gradient_averaged_over_every_token_against_the_exact_kls(estimator):
+    """On 5 positions of a 7-token vocabulary, the expectation over y ~ pi of each estimator's gradient in the
+    logits, by autograd at every y (grpo.kl_penalty at the token y), weighted by pi(y), against autograd of the
+    exact KL(pi || pi_ref): sum |E - g*| / sum |g*| is kl_grad_bias."""
+    torch.manual_seed(0)
+    z, zr = torch.randn(5, 7, dtype=torch.float64), torch.randn(5, 7, dtype=torch.float64)
+    ref = zr.log_softmax(-1)
+    expected = torch.zeros(5, 7, dtype=torch.float64)
+    for y in range(7):
+        logits = z.clone().requires_grad_()
+        lp = logits.log_softmax(-1)
+        est = grpo.kl_penalty(lp[:, y:y + 1], ref[:, y:y + 1], torch.ones(5, 1, dtype=torch.bool), estimator)
+        est.sum().backward()
+        expected += lp.detach()[:, y:y + 1].exp() * logits.grad
+    logits = z.clone().requires_grad_()
+    lp = logits.log_softmax(-1)
+    (lp.exp() * (lp - ref)).sum().backward()
+    want = (expected - logits.grad).abs().sum() / logits.grad.abs().sum()
+    got = field_methods.kl_grad_bias(lp.detach(), ref, estimator)
+    assert got.item() == pytest.approx(want.item(), rel=1e-9, abs=1e-12)
+    assert (want > 0.05) == (estimator in ("k1", "k3"))  # k2 and k3+ have the exact gradient, on average
 
 
 # ---------------------------------------------------------------- between steps

@@ -58,13 +58,18 @@ ADV = torch.tensor([1.0, 0.0, -1.0, 0.0, 0.0, 0.0], dtype=torch.float64)  # grou
 TRUNCATED = torch.tensor([False, True, False, False, False, True])
 
 
+def log_batch(rewards, adv, G=3):
+    """stats.batch_stats of the hand-built batch with these rewards and advantages -> what the step logs."""
+    batch = SimpleNamespace(rewards=rewards, loss_mask=MASK, mask=MASK, truncated=TRUNCATED, sampler_logp=Q.log(),
+                            sampler_entropy=ENTROPY)
+    step = stats.StepStats()
+    stats.batch_stats(step, batch, adv, torch.tensor([False, True]), P.log(), MASK, G=G)
+    return step.result()
+
+
 @pytest.fixture(scope="module")
 def batch_logged():
-    batch = SimpleNamespace(rewards={"total": TOTAL, "correct": CORRECT, "format": FORMAT}, loss_mask=MASK, mask=MASK,
-                            truncated=TRUNCATED, sampler_logp=Q.log(), sampler_entropy=ENTROPY)
-    step = stats.StepStats()
-    stats.batch_stats(step, batch, ADV, torch.tensor([False, True]), P.log(), MASK, G=3)
-    return step.result()
+    return log_batch({"total": TOTAL, "correct": CORRECT, "format": FORMAT, "format_paid": FORMAT}, ADV)
 
 
 def test_the_hand_built_batch_has_the_weights_it_says():
@@ -94,6 +99,46 @@ def test_adv_correct_corr_is_pearsons_with_the_correctness_reward_not_the_total(
     assert batch_logged["adv_correct_corr"] == pytest.approx(math.sqrt(3 / 5))
     assert batch_logged["adv_correct_corr"] == pytest.approx(statistics.correlation(ADV.tolist(), CORRECT.tolist()))
     assert statistics.correlation(ADV.tolist(), TOTAL.tolist()) == pytest.approx(1.0)
+
+
+def test_adv_to_centred_is_the_advantages_size_over_the_rewards_distance_from_their_groups_mean(batch_logged):
+    """Over the groups with a signal (group 0): sum |A| = 2 over sum |r - mean| = 0.5 + 0 + 0.5 = 1; group 1's
+    answers are left out of both sums. And no advantage in an all-equal group: equal_groups_adv 0."""
+    assert batch_logged["adv_to_centred"] == pytest.approx(2.0)
+    assert batch_logged["equal_groups_adv"] == 0.0
+
+
+def test_the_baselines_scale_a_lone_right_answer_as_their_formulas_say():
+    """Rewards [1, 0, 0, 0 | 1, 1, 1, 1] in groups of 4 (the step's own advantages, grpo.group_advantages):
+    - RLOO: A = [1, -1/3, -1/3, -1/3 | 0 ...]: sum |A| = 2 over sum |r - mean| = 0.75 + 3 * 0.25 = 1.5, so 4/3 = G / (G - 1);
+    - Dr. GRPO (no std): the centred rewards themselves, 1;
+    - GRPO: over the group's std, sqrt(1/4): 1 / 0.5 = 2 (with eps 1e-4 in the std's place);
+    - REINFORCE++ (the batch's tokens, one an answer here): mu = 5/8, sigma^2 = (5 (3/8)^2 + 3 (5/8)^2) / 7 = 15/56,
+      so each answer of the all-right group gets (3/8) / sqrt(15/56) = 0.7246, where the others give 0, and the group
+      with a signal (3/8 + 3 * 5/8) / sqrt(15/56) over its 1.5."""
+    r = torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1])
+    rewards = {"total": r, "correct": r, "format": torch.zeros(8)}
+    cases = {"leave_one_out": (4 / 3, 0.0), "none": (1.0, 0.0), "group": (1 / (0.5 + 1e-4), 0.0),
+             "batch": ((3 / 8 + 3 * 5 / 8) / math.sqrt(15 / 56) / 1.5, (3 / 8) / math.sqrt(15 / 56))}
+    for baseline, (to_centred, equal) in cases.items():
+        adv = grpo.group_advantages(r, 4, "none" if baseline == "none" else "group",
+                                    "group" if baseline in ("none", "group") else baseline, torch.ones(8))
+        batch = SimpleNamespace(rewards=rewards, loss_mask=torch.ones(8, 1, dtype=torch.bool),
+                                mask=torch.ones(8, 1, dtype=torch.bool), truncated=torch.zeros(8, dtype=torch.bool),
+                                sampler_logp=torch.zeros(8, 1), sampler_entropy=torch.zeros(8, 1))
+        step = stats.StepStats()
+        stats.batch_stats(step, batch, adv, torch.tensor([False, True]), torch.zeros(8, 1), batch.loss_mask, G=4)
+        logged = step.result()
+        assert logged["adv_to_centred"] == pytest.approx(to_centred, rel=1e-6), baseline
+        assert logged["equal_groups_adv"] == pytest.approx(equal, rel=1e-6), baseline
+
+
+def test_format_paid_wrong_is_the_format_bonus_paid_to_wrong_answers(batch_logged):
+    """Ungated, the bonus goes to every answer that reasons: 4 of the 5 wrong ones (answers 1, 3, 4, 5); gated
+    (format_paid = format * correct), to none of them."""
+    assert batch_logged["format_paid_wrong"] == pytest.approx(4 / 5)
+    gated = log_batch({"total": TOTAL, "correct": CORRECT, "format": FORMAT, "format_paid": FORMAT * CORRECT}, ADV)
+    assert gated["format_paid_wrong"] == 0.0
 
 
 def test_truncated_frac_is_the_share_of_answers_cut_at_the_cap(batch_logged):
@@ -147,6 +192,30 @@ def test_neg_far_frac_is_a_share_of_all_the_updates_answers(update_logged):
 def test_ppo_kl_is_the_mean_of_log_pi_old_minus_log_pi_over_the_answers_tokens(update_logged):
     # (0.2) + (-0.1 + 0.3) + (0 + 0.4) + (0.1 + 0.1 - 0.2) = 0.8 over 8 tokens
     assert update_logged["ppo_kl"] == pytest.approx(0.8 / 8)
+
+
+def log_update(cfg):
+    old, sampler = LOGP + DRIFT, LOGP + FAR
+    loss = grpo.grpo_loss(LOGP, old, None, UADV, UMASK, cfg, torch.zeros_like(LOGP), sampler)
+    step = stats.StepStats()
+    stats.update_stats(step, loss, LOGP, old, torch.zeros_like(LOGP), UMASK, torch.tensor(1.0), None, UADV, sampler)
+    return step.result()
+
+
+def test_token_weight_spread_is_the_longest_answers_length_over_the_shortests_under_seq_mean():
+    """Answers of 1, 2, 2 and 3 tokens: seq_mean weighs a token 1/|o_i|, so 1 against 1/3, a spread of 3;
+    token_mean, Dr. GRPO's constant and LUSPO weigh every token alike, 1."""
+    assert log_update(GRPOConfig())["token_weight_spread"] == pytest.approx(3.0)
+    for agg in ("token_mean", "constant"):
+        assert log_update(GRPOConfig(loss_agg=agg))["token_weight_spread"] == 1.0
+
+
+def test_is_weight_mean_is_the_mean_capped_weight_over_the_answers_tokens():
+    """--tis-cap 1.2: w = min(pi_old / pi_sampler, 1.2) = exp(DRIFT - FAR) capped, over the 8 tokens:
+    e^-0.3, e^-0.3, e^-0.1 | e^-0.1, e^0.4 -> 1.2 | e^0.1, e^0.1, e^-0.2; without a cap, nothing is logged."""
+    want = (2 * math.exp(-0.3) + 2 * math.exp(-0.1) + 1.2 + 2 * math.exp(0.1) + math.exp(-0.2)) / 8
+    assert log_update(GRPOConfig(tis_cap=1.2))["is_weight_mean"] == pytest.approx(want)
+    assert "is_weight_mean" not in log_update(GRPOConfig())
 
 
 # ------------------------------------------------------------------- every gate has a guard

@@ -7,7 +7,8 @@ import torch
 import grpo
 import rollouts
 import tasks
-from grpo import (GRPOConfig, aggregate, clipped_objective, group_advantages, grpo_loss, kl_cov_penalty,
+from field_methods import kl_cov_penalty
+from grpo import (GRPOConfig, aggregate, clipped_objective, group_advantages, grpo_loss,
                   kl_penalty, policy_ratio)
 from stats import StepStats, update_stats
 
@@ -340,7 +341,8 @@ def test_grpo_learns_a_trivial_reward(enc, tiny_model, digit_reward):
         rewards_seen.append(stats["reward"])
         assert all(math.isfinite(v) for v in stats.values() if v is not None)
         assert {k for k, v in stats.items() if v is None} <= {"pg_k1", "resp_len_correct", "resp_len_wrong", "adv_correct_corr",
-                                                                "clip_high_lowp_frac"}  # none where the high clip never binds
+                                                                "clip_high_lowp_frac",  # none where the high clip never binds
+                                                                "adv_to_centred", "equal_groups_adv"}  # ... no such group
     first, last = sum(rewards_seen[:5]) / 5, sum(rewards_seen[-5:]) / 5
     assert first < 0.2 and last > 0.6, (first, last)
 
