@@ -247,7 +247,125 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
 }
 
 
-# ---------------------------------------------------------------- 2. the lessons
+# ---------------------------------------------------------------- 2. what every judged method names
+
+class Number(NamedTuple):
+    """A number of run_summary that a method is made to move, the way, and by how much two runs must differ before
+    the difference counts: twice that number's spread over the seeds of the run without the method (two seeds of one
+    run differ too; tests/test_verdicts.py holds each to this), or a lesson's own rule (10 or 15 points)."""
+    key: str       # a run_summary key, named in METRICS
+    side: str      # "higher" or "lower": the way the method is made to move it
+    margin: tuple  # (size, unit): "points" or "nats" (the number's own unit), "relative" (a share of the other run's)
+
+    def gain(self, other, own):
+        """How far one run's summary (own) is ahead of another's on this number, in its unit: + ahead, - behind."""
+        return own[self.key] - other[self.key] if self.side == "higher" else other[self.key] - own[self.key]
+
+    def need(self, other):
+        size, unit = self.margin
+        return size * (abs(other[self.key]) if unit == "relative" else 1)
+
+    def moved(self, without, with_):
+        """The method's run moved the number its way by at least the margin (and by more than 0: 2% of 0 asks
+        nothing)."""
+        gain = self.gain(without, with_)
+        return gain > 0 and gain >= self.need(without)
+
+    def against(self, rival, own):
+        """'better', 'same' or 'worse': a method's run beside a rival's, by the margin either way."""
+        gain = self.gain(rival, own)
+        if gain > 0 and gain >= self.need(rival):
+            return "better"
+        return "worse" if gain < 0 and -gain >= self.need(rival) else "same"
+
+    @property
+    def text(self):
+        return f"{METRICS[self.key]} {self.side}, by >= {margin_text(*self.margin)}"
+
+
+def margin_text(size, unit):
+    if unit == "nats":
+        return f"{size:g} nats"
+    return f"{size * 100:g} points" if unit == "points" else f"{size * 100:g}% of the other run's"
+
+
+class Mechanism(NamedTuple):
+    """What a method does by construction, as a number of its own run: it acts in every seed, or the wiring is
+    wrong, or the regime gives the method nothing to act on (the run without it shows which: report.py prints both)."""
+    key: str        # a run_summary key, named in METRICS
+    rule: str       # the rule in words
+    test: Callable  # test(the run without's value or None, the method's run's value) -> bool
+    without_key: str = None  # the key the rule reads from the run without, if it reads one (GSPO's: the token ratio's)
+
+    def acts(self, without, with_):
+        """One seed's two summaries: the method acted (a KeyError names a number a run lacks)."""
+        return self.test(without[self.without_key] if self.without_key else None, with_[self.key])
+
+
+def above(key, bound):
+    return Mechanism(key, f"above {bound:g}", lambda without, with_: with_ > bound)
+
+
+def at_most(key, bound):
+    return Mechanism(key, f"at most {bound:g}", lambda without, with_: with_ <= bound)
+
+
+def within(key, low, high):
+    return Mechanism(key, f"within [{low:g}, {high:g}]", lambda without, with_: low <= with_ <= high)
+
+
+def below_without(key, factor):
+    return Mechanism(key, f"at most {'half' if factor == 0.5 else f'{factor:g} times'} the run without's",
+                     lambda without, with_: with_ <= factor * without, key)
+
+
+def above_without(key, factor):
+    return Mechanism(key, f"above {factor:g} times the run without's", lambda without, with_: with_ > factor * without,
+                     key)
+
+
+METRICS = {  # run_summary's keys, as the tables and the records name them
+    # outcomes: what a learner cares about
+    "mean_signal_groups": "groups with signal a step", "late_resp_len_wrong": "wrong answers' length, 2nd half",
+    "late_resp_len": "answers' length, 2nd half", "mean_truncated_frac": "cut share, mean of the run",
+    "sampled_final": "sampled held-out accuracy, end", "final": "greedy held-out accuracy, end",
+    "eval_mean": "greedy held-out accuracy, mean of the evaluations", "drop": "greedy accuracy's fall from its peak",
+    "kl_bias": "KL estimate's bias, \\|mean (estimate - exact) / exact\\| over the run",
+    "distinct_final": "different right answers a held-out problem in 16 samples, end",
+    "sampler_entropy": "the sampled policy's entropy, last 10 steps", "entropy": "the learner's entropy, last 10 steps",
+    "entropy_peak_share": "the learner's highest 20-step entropy, of ln V",
+    "think_half_step": "steps until half the sampled answers reason", "reward": "training reward, last 10 steps",
+    "grad_limited_steps": "steps whose largest gradient norm passed its limit, 1 (--max-grad-norm)",
+    "mean_kl_exact": "exact KL(pi \\|\\| pi_ref), mean of the run",
+    # mechanisms and costs: what a method does, means of the run unless named
+    "grad_norm_peak": "the run's largest gradient norm", "kl_low": "the KL term's lowest step",
+    "mean_sampler_gap": "\\|log pi_old - log pi_sampler\\| a token",
+    "mean_format_paid_wrong": "format bonus paid to a wrong answer",
+    "mean_token_weight_spread": "a token's largest weight in the mean over its smallest",
+    "mean_reward_overlong": "overlong penalty an answer", "mean_tis_weight_above_2": "tokens whose TIS weight passes 2",
+    "mean_ppo_kl": "KL(pi_old \\|\\| pi) an update", "mean_clip_frac_high": "tokens the clip stops above",
+    "mean_clip_frac": "tokens the clip or the region stops", "mean_neg_ratio_above_3": "wrong answers' tokens at "
+    "ratio > 3", "mean_adv_correct_corr": "the advantage's correlation with correctness",
+    "mean_off_policy_masked_frac": "answers masked", "early_logratio_std_seq": "the ratio's spread an answer, first "
+    "10 steps", "mean_is_masked_frac": "tokens whose weight is 0", "mean_rejected_frac": "tokens rejected",
+    "mean_is_weight_mean": "the importance weight applied", "mean_low_entropy_frac": "tokens without a gradient",
+    "mean_adv_to_centred": "\\|A\\| over \\|r - group mean\\|", "mean_equal_groups_adv": "\\|A\\| in all-equal groups",
+    "mean_kl_grad_bias": "the KL gradient's bias", "mean_zero_std_frac": "groups with no signal",
+    "early_logratio_std_token": "the token ratio's spread, first 10 steps",
+}
+
+
+class Record(NamedTuple):
+    """What every judged method names, whatever it is (a lesson's fix, an item of the closing list, a method of the
+    field): its source's claim, what it does by construction, what a learner would pick instead, what it costs."""
+    claim: str            # one sentence, as its source states it
+    source: str           # where: the paper (arXiv id, section) or the code (repository, file)
+    mechanism: Mechanism  # what it does by construction: it must act in every seed
+    rivals: list          # [experiment]: what a learner would pick instead, in the same regime, judged by the same number
+    costs: list           # [run_summary key]: the share of tokens or answers it drops or zeroes, or what it pays
+
+
+# ---------------------------------------------------------------- 3. the lessons
 
 def broken_vs_fixed(broken, fixed, points=0.15, gap=None):
     """The lessons' one test: the broken run's greedy accuracy falls at least `points` from
@@ -258,10 +376,10 @@ def broken_vs_fixed(broken, fixed, points=0.15, gap=None):
 
 
 def falls_and_trails(broken, fixed):
-    """Lesson 1's test: broken_vs_fixed with the fix 10 points ahead at the end, not 15. In the
-    book's regime PPO's clip run drifts too (5-26 points below its own peak over seeds 0-4 under
-    four roundings), and the knobs that stop its drift stop the collapse without a clip as well
-    (EXPERIMENTS.md, lesson 1's ablation); 15 points ahead held in 17 of those 20 pairs."""
+    """Lesson 1's test: broken_vs_fixed with the fix 10 points ahead at the end, not 15. In the book's regime
+    PPO's clip run drifts too, and the knobs that stop its drift stop the collapse without a clip as well
+    (EXPERIMENTS.md, lesson 1's ablation); the clip's mechanism, the update it bounds, separates the two runs
+    where their accuracy does not (the lesson's Record)."""
     return broken_vs_fixed(broken, fixed, *GREEDY_RULES[falls_and_trails])
 
 
@@ -299,30 +417,59 @@ class Lesson(NamedTuple):
     """A lesson of the chapter: a broken run beside its fix, judged seed by seed."""
     experiments: list  # [broken, fixed]: two names of EXPERIMENTS
     check: Callable    # check(broken's summary, fixed's summary, of one seed: run_summary's numbers) -> bool
-    claim: str         # what the check asks, in words (the pages print it)
+    rule: str          # what the check asks, in words (the pages print it)
+    number: Number     # the check's number alone, to set the fix beside its rivals
+    record: Record     # the fix's claim, mechanism, rivals and costs
+    words: tuple       # (what its mechanism does, what its check finds): how the verdict lines say them
 
 
+CLIP = Record(
+    claim="The clipped_ratio enforces a maximum deviation from the old policy to ensure that updates remain relatively "
+          "conservative and improve training stability.",
+    source="the book, ch07_main.ipynb, 7.4 (7_4_plus_clip_ratio.py); PPO, arXiv 1707.06347, sec. 3",
+    mechanism=below_without("grad_norm_peak", 0.5), rivals=["book_clip10"], costs=["mean_clip_frac"])
+K3 = Record(
+    claim="We estimate the KL divergence with the following unbiased estimator (Schulman, 2020), which is guaranteed "
+          "to be positive.",
+    source="DeepSeekMath, arXiv 2402.03300, sec. 4.1.1 (k3 per token); the book blames the sum over tokens (7.5)",
+    mechanism=Mechanism("kl_low", "at least 0 (k1 on sums goes below)", lambda without, with_: with_ >= 0),
+    rivals=["book_nokl", "book_kl_beta002"], costs=[])
 LESSONS = {
     "instability": Lesson(["book_noclip", "book_ppo_clip"], falls_and_trails,
                           "with 4 inner epochs and no clipping accuracy falls >= 15 points from its peak and ends "
-                          ">= 10 below PPO's clip at 0.2, which drifts down too"),
+                          ">= 10 below PPO's clip at 0.2, which drifts down too",
+                          Number("final", "higher", (0.10, "points")), CLIP,
+                          ("The clip bounds the update", "accuracy is rescued")),
     "naive_kl": Lesson(["book_kl", "book_kl_k3"], broken_vs_fixed,
                        "with the book's k1 KL on summed log-probs accuracy falls >= 15 points from its peak and ends "
-                       ">= 15 below k3 per token"),
+                       ">= 15 below k3 per token", Number("final", "higher", (0.15, "points")), K3,
+                       ("k3 stays non-negative", "accuracy is rescued")),
     "naive_kl_reuse": Lesson(["kl_naive", "kl_k3"], broken_vs_fixed,
                              "the same in our default regime, where the sampler is the learner but each rollout "
-                             "serves two updates"),
+                             "serves two updates", Number("final", "higher", (0.15, "points")),
+                             K3._replace(rivals=["default"]), ("k3 stays non-negative", "accuracy is rescued")),
     "runaway": Lesson(["book_runaway", "book_runaway_keepmask"], runs_away,
                       "on-policy without KL (the book's 7_3), the learner's entropy reaches half of ln V, and the "
                       "sampled held-out accuracy falls >= 15 points from its peak and ends >= 15 below the learner on "
-                      "the sampler's support"),
+                      "the sampler's support", Number("sampled_final", "higher", (0.15, "points")),
+                      Record(claim="We preserve the truncation masks during sampling from pi_old and apply them to "
+                                   "pi_theta during training, ensuring both policies share identical action subspaces.",
+                             source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1, Keep Sampling Mask (the book's item 11)",
+                             mechanism=at_most("mean_sampler_gap", 0.01),
+                             rivals=["book_runaway_k3", "book_runaway_T1"], costs=[]),
+                      ("The learner keeps to the sampler's support", "the runaway is stopped")),
     "format_exploit": Lesson(["book_runaway_format", "book_runaway_format_gated"], reward_hides_the_collapse,
                              "with the book's 7_6 format bonus both runs run away (sampled accuracy falls >= 15 points "
                              "from its peak); ungated the format reward ends above 0.9 and the total reward's lowest "
                              "50-step mean after its peak stays >= half of it (it hides the collapse); gated it drops "
-                             "below half"),
-    "instability_runaway": Lesson(["book_runaway_noclip", "book_runaway_ppo_clip"], broken_vs_fixed,
-                                  "the instability lesson on the runaway's task"),
+                             "below half", Number("sampled_final", "higher", (0.15, "points")),
+                             Record(claim="The model already gets too many rewards from following the <think> tag "
+                                          "format; another improvement could be to make the format reward conditional, "
+                                          "only awarded if the answer is also correct.",
+                                    source="the book, ch07_main.ipynb, 7.6 (7_6_plus_format_reward.py)",
+                                    mechanism=at_most("mean_format_paid_wrong", 0),
+                                    rivals=["book_runaway_format_w01"], costs=[]),
+                             ("The gate pays no wrong answer", "the ungated reward hides the collapse")),
 }
 # the four lessons the pages number, in the chapter's order of their failures
 NUMBERED = {"instability": 1, "naive_kl": 2, "runaway": 3, "format_exploit": 4}
@@ -330,54 +477,26 @@ LABELS = {  # experiment -> how the pages' verdict lines name it
     "book_noclip": "no clip", "book_ppo_clip": "PPO's clip", "book_kl": "k1 on summed log-probs",
     "book_kl_k3": "k3 per token", "kl_naive": "k1 on summed log-probs", "kl_k3": "k3 per token",
     "book_runaway": "the book's 7_3", "book_runaway_keepmask": "the learner on the sampler's support",
-    "book_runaway_format": "ungated", "book_runaway_format_gated": "gated", "book_runaway_noclip": "no clip",
-    "book_runaway_ppo_clip": "PPO's clip",
+    "book_runaway_format": "ungated", "book_runaway_format_gated": "gated", "book_clip10": "the book's clip, eps 10",
+    "book_nokl": "no KL", "book_kl_beta002": "k1 at beta 0.02", "book_runaway_k3": "a k3 KL, beta 0.1",
+    "book_runaway_T1": "the sampler at T 1", "book_runaway_format_w01": "the bonus at 0.1", "default": "no KL",
 }
 
 
-# ---------------------------------------------------------------- 3. the fixes
-
-def better(key, higher, margin, relative=False):
-    """A fix's check: its own metric moved the way the fix is made to move it, by at least
-    `margin`: in the metric's own unit, or, relative, as a share of the run without it. Any
-    difference at all is not enough: two seeds of the same run differ too."""
-    def check(without, with_):
-        gain = with_[key] - without[key] if higher else without[key] - with_[key]
-        return gain > 0 and gain >= margin * (abs(without[key]) if relative else 1)  # > 0: 2% of 0 asks nothing
-    return check
-
-
-def margin_text(size, unit):
-    if unit == "nats":
-        return f"{size:g} nats"
-    return f"{size * 100:g} points" if unit == "points" else f"{size * 100:g}% of the run without it"
-
-
-METRICS = {  # run_summary's keys, as the fixes table and the fixes' claims name them
-    "mean_signal_groups": "groups with signal a step", "late_resp_len_wrong": "wrong answers' length, 2nd half",
-    "mean_truncated_frac": "cut share, mean of the run", "sampled_final": "sampled held-out accuracy, end",
-    "drop": "greedy accuracy's fall from its peak",
-    "kl_bias": "KL estimate's bias, \\|mean (estimate - exact) / exact\\| over the run",
-    "distinct_final": "different right answers a held-out problem in 16 samples, end",
-    "sampler_entropy": "the sampled policy's entropy, last 10 steps",
-    "think_half_step": "steps until half the sampled answers reason",
-    "grad_limited_steps": "steps whose largest gradient norm passed its limit, 1 (--max-grad-norm)",
-}
-
+# ---------------------------------------------------------------- 4. the fixes
 
 class Fix(NamedTuple):
     """An item of the chapter's closing list, or another named fix: the same run without it and with it, judged
-    by the number it was made to move."""
-    numbers: str   # its numbers in the book's list ("1, 2"), or where else it comes from ("DAPO", "gdpo.py"; "-")
-    fixes: str     # what it fixes
-    regime: str    # where it runs: the regime in which that failure happens
-    without: str   # the experiment without it (a name of EXPERIMENTS)
-    with_: str     # the same experiment with it
-    metric: str    # the number it is judged by: a key of run_summary, named in METRICS
-    side: str      # "higher" or "lower": the way it is made to move that number
-    margin: tuple  # (size, unit), unit "points", "relative" (a share of the run without it) or "nats": by how much
-    gates: list    # [(run_summary key, what it is)]: numbers of the run *without* it that show its mechanism at
-    # work, so that a fix that moves nothing can be told from a fix with nothing to act on
+    by the number its source says it moves."""
+    numbers: str     # its numbers in the book's list ("1, 2"), or where else it comes from ("DAPO", "gdpo.py"; "-")
+    fixes: str       # what it fixes
+    regime: str      # where it runs: the regime in which that failure happens
+    without: str     # the experiment without it (a name of EXPERIMENTS)
+    with_: str       # the same experiment with it
+    number: Number   # the number it is judged by, the way and the margin
+    gates: list      # [(run_summary key, what it is)]: numbers of the run *without* it that show the failure present,
+    # so that a fix that moves nothing can be told from a fix with nothing to act on
+    record: Record   # its claim, mechanism, rivals and costs
 
     @property
     def experiments(self):
@@ -385,164 +504,286 @@ class Fix(NamedTuple):
         return [self.without, self.with_]
 
     def check(self, without, with_):
-        """One seed's two summaries: its metric moved its way by its margin (better)."""
-        size, unit = self.margin
-        return better(self.metric, self.side == "higher", size, unit == "relative")(without, with_)
+        """One seed's two summaries: its number moved its way by its margin."""
+        return self.number.moved(without, with_)
 
     @property
-    def claim(self):
-        return f"{self.fixes}: {METRICS[self.metric]} {self.side} with it, by at least {margin_text(*self.margin)}"
+    def rule(self):
+        return f"{self.fixes}: {self.number.text}"
 
 
-# the closing list (the book's 7_7_improvements: olmo3_style.py items 1-7, deepseek_v32_style.py 8-12) and
-# the other named fixes: item -> Fix. Each margin is twice the std over seeds 0-2 of the run without the fix,
-# rounded up to two digits, as results.jsonl records them (tests/test_verdicts.py holds each to that rule): in
-# points for a share (an accuracy, the cut share, the KL's relative bias), relative for a count or a length, whose
-# scale the regime sets (the prompts a step, the cap), in nats for an entropy
+LAG_DECOUPLED = "rollouts 4 steps old, pi_old the learner (decoupled), lr 3e-4"
+RARE_REGIME = "a warm start that seldom reasons, 16 updates a rollout"
+# the closing list (the book's 7_7_improvements: olmo3_style.py items 1-7, deepseek_v32_style.py 8-12) and the other
+# named fixes: item -> Fix. Each margin is twice the std over seeds 0-2 of the run without the fix, rounded up to two
+# digits, as results.jsonl records them (tests/test_verdicts.py holds each to that rule): in points for a share (an
+# accuracy, the cut share, the KL's relative bias), relative for a count or a length, whose scale the regime sets
+# (the prompts a step, the cap), in nats for an entropy
 FIXES = {
     "dynamic_sampling": Fix(
         numbers="1, 2", fixes="groups with no signal", regime="the default at 4 prompts a step",
-        without="ds4", with_="ds4_dynamic", metric="mean_signal_groups", side="higher", margin=(0.017, "relative"),
-        gates=[("mean_zero_std_frac", "groups with no signal")]),
+        without="ds4", with_="ds4_dynamic", number=Number("eval_mean", "higher", (0.1, "points")),
+        gates=[("mean_zero_std_frac", "groups with no signal")],
+        record=Record(claim="Over-sample and filter out prompts with the accuracy equal to 1 and 0 ... the experiment "
+                            "achieves the same performance faster.",
+                      source="DAPO, arXiv 2503.14476, sec. 3.2 and Fig. 6",
+                      mechanism=above_without("mean_signal_groups", 1.1), rivals=["ds8"],
+                      costs=["mean_zero_std_frac"])),
     "token_mean": Fix(
-        numbers="3", fixes="long wrong answers weighing less per token", regime="the runaway's task, default settings",
-        without="search", with_="search_token", metric="late_resp_len_wrong", side="lower", margin=(0.25, "relative"),
-        gates=[("mean_truncated_frac", "answers cut at the cap")]),
+        numbers="3", fixes="long answers weighing less per token", regime="the runaway's task, default settings",
+        without="search", with_="search_token", number=Number("late_resp_len", "lower", (0.1, "relative")),
+        gates=[("mean_truncated_frac", "answers cut at the cap")],
+        record=Record(claim="Sample-level loss calculation ... leads to an unhealthy increase in entropy and response "
+                            "length.", source="DAPO, arXiv 2503.14476, sec. 3.3",
+                      mechanism=at_most("mean_token_weight_spread", 1.001), rivals=["search_drgrpo"], costs=[])),
     "drgrpo": Fix(
         numbers="7", fixes="the same, and the std's weight on easy groups",
         regime="the runaway's task, default settings",
-        without="search", with_="search_drgrpo", metric="late_resp_len_wrong", side="lower", margin=(0.25, "relative"),
-        gates=[("mean_truncated_frac", "answers cut at the cap")]),
+        without="search", with_="search_drgrpo", number=Number("late_resp_len_wrong", "lower", (0.1, "relative")),
+        gates=[("mean_truncated_frac", "answers cut at the cap")],
+        record=Record(claim="An optimization bias in GRPO ... artificially increases response length (especially "
+                            "for incorrect outputs) during training.", source="Dr. GRPO, arXiv 2503.20783, abstract",
+                      mechanism=at_most("mean_token_weight_spread", 1.001), rivals=["search_token"], costs=[])),
     "overlong": Fix(
         numbers="DAPO", fixes="answers cut at the cap", regime="the runaway",
-        without="book_runaway", with_="book_runaway_overlong", metric="mean_truncated_frac", side="lower",
-        margin=(0.084, "points"),
-        gates=[("mean_truncated_frac", "answers cut at the cap")]),
+        without="book_runaway", with_="book_runaway_overlong", number=Number("mean_truncated_frac", "lower",
+                                                                             (0.1, "points")),
+        gates=[("mean_truncated_frac", "answers cut at the cap")],
+        record=Record(claim="The longer the response, the greater the punishment it receives ... signaling to the "
+                            "model to avoid excessively long responses.", source="DAPO, arXiv 2503.14476, sec. 3.4",
+                      mechanism=Mechanism("mean_reward_overlong", "below 0", lambda without, with_: with_ < 0),
+                      rivals=["book_runaway_mask_truncated"], costs=["mean_reward_overlong"])),
     "keep_mask": Fix(
         numbers="11", fixes="a learner with mass where top-p never samples", regime="the runaway",
-        without="book_runaway", with_="book_runaway_keepmask_T1", metric="sampled_final", side="higher",
-        margin=(0.18, "points"),
-        gates=[("mean_tis_weight_mean", "the learner's mass on what the sampler can draw")]),
+        without="book_runaway", with_="book_runaway_keepmask_T1",
+        number=Number("entropy_peak_share", "lower", (0.1, "points")),
+        gates=[("mean_tis_weight_mean", "the learner's mass on what the sampler can draw")],
+        record=Record(claim="Combining top-p sampling with the Keep Sampling Mask strategy effectively preserves "
+                            "language consistency during RL training.",
+                      source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1",
+                      mechanism=below_without("mean_sampler_gap", 0.5), rivals=["book_runaway_tis"], costs=[])),
     "tis": Fix(
         numbers="6, as a sampler weight", fixes="a sampler that is not the policy the ratio starts from",
-        regime="rollouts 4 steps old, pi_old the learner (decoupled), lr 3e-4",
-        without="lag_decoupled", with_="lag_decoupled_tis", metric="grad_limited_steps", side="lower",
-        margin=(0.13, "points"),
+        regime=LAG_DECOUPLED, without="lag_decoupled", with_="lag_decoupled_tis",
+        number=Number("grad_limited_steps", "lower", (0.13, "points")),
         gates=[("mean_sampler_kl_k3", "KL(sampler || pi_old) a token"),
-               ("mean_tis_weight_above_2", "tokens whose weight pi_old / pi_sampler passes the cap, 2")]),
+               ("mean_tis_weight_above_2", "tokens whose weight pi_old / pi_sampler passes the cap, 2")],
+        record=Record(claim="The implementation gap implicitly turns the on-policy RL to be off-policy; a simple yet "
+                            "effective importance sampling technique handles such discrepancy.",
+                      source="Yao et al. 2025, 'Your Efficient RL Framework Secretly Brings You Off-Policy RL Training'",
+                      mechanism=above("mean_tis_weight_above_2", 0), rivals=["lag_decoupled_masked"],
+                      costs=["mean_is_weight_mean"])),
     "kl_reweight": Fix(
-        numbers="9", fixes="a KL estimated on pi_old's samples",
-        regime="KL 0.5, 16 updates a rollout, token mean, 50 steps",
-        without="kl_reuse", with_="kl_reuse_reweight", metric="kl_bias", side="lower", margin=(0.32, "points"),
-        gates=[("mean_ppo_kl", "KL(pi_old || pi) an update")]),
-    # judged by what it exists for, answers kept diverse, not by the entropy it raises by construction
+        numbers="9", fixes="a KL estimated on pi_old's samples", regime="KL 0.5, 16 updates a rollout, token mean, 50 steps",
+        without="kl_reuse", with_="kl_reuse_reweight", number=Number("kl_bias", "lower", (0.32, "points")),
+        gates=[("mean_ppo_kl", "KL(pi_old || pi) an update")],
+        record=Record(claim="We correct the K3 estimator to obtain an unbiased KL estimate using the importance-sampling "
+                            "ratio between the current policy and the old policy.",
+                      source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1",
+                      mechanism=above("mean_ppo_kl", 1e-4), rivals=["kl_reuse_k3plus"], costs=[])),
     "entropy_bonus": Fix(
         numbers="-", fixes="lost diversity: one right answer kept of several",
         regime="inequalities with 2-6 right digits, 16 updates a rollout",
-        without="many", with_="many_entropy", metric="distinct_final", side="higher", margin=(0.17, "relative"),
-        gates=[("distinct_fall", "the different right answers a problem: their fall from step 0")]),
+        without="many", with_="many_entropy", number=Number("distinct_final", "higher", (0.17, "relative")),
+        gates=[("distinct_fall", "the different right answers a problem: their fall from step 0")],
+        record=Record(claim="A positive value adds an entropy bonus that encourages exploration by keeping the policy "
+                            "from collapsing to near-deterministic outputs.",
+                      source="TRL, grpo_config.py, entropy_coef (PPO, arXiv 1707.06347, sec. 5)",
+                      mechanism=above_without("entropy", 1.1), rivals=["many_klcov"], costs=[])),
     "clip_higher": Fix(
-        numbers="5", fixes="a rare token that pays, clipped",
-        regime="a warm start that seldom reasons, 16 updates a rollout",
-        without="rare", with_="rare_clip_higher", metric="think_half_step", side="lower", margin=(0.33, "relative"),
-        gates=[("mean_clip_high_lowp_frac", "of the high-clipped tokens, the share below p 0.2")]),
+        numbers="5", fixes="a rare token that pays, clipped", regime=RARE_REGIME,
+        without="rare", with_="rare_clip_higher", number=Number("entropy", "higher", (0.1, "nats")),
+        gates=[("mean_clip_high_lowp_frac", "of the high-clipped tokens, the share below p 0.2")],
+        record=Record(claim="We increase the value of eps_high to leave more room for the increase of low-probability "
+                            "tokens; this effectively enhances the policy's entropy.",
+                      source="DAPO, arXiv 2503.14476, sec. 3.1",
+                      mechanism=below_without("mean_clip_frac_high", 0.9), rivals=["rare_cispo"],
+                      costs=["mean_clip_frac"])),
     "cispo": Fix(
-        numbers="-", fixes="a rare token that pays, its gradient dropped",
-        regime="a warm start that seldom reasons, 16 updates a rollout",
-        without="rare", with_="rare_cispo", metric="think_half_step", side="lower", margin=(0.33, "relative"),
-        gates=[("mean_clip_high_lowp_frac", "of the high-clipped tokens, the share below p 0.2")]),
+        numbers="-", fixes="a rare token that pays, its gradient dropped", regime=RARE_REGIME,
+        without="rare", with_="rare_cispo", number=Number("think_half_step", "lower", (0.33, "relative")),
+        gates=[("mean_clip_high_lowp_frac", "of the high-clipped tokens, the share below p 0.2")],
+        record=Record(claim="These tokens were clipped out after the first on-policy update, preventing them from "
+                            "contributing to subsequent off-policy gradient updates.",
+                      source="MiniMax-M1 (CISPO), arXiv 2506.13585, sec. 3.1",
+                      mechanism=above("mean_clip_frac", 0), rivals=["rare_clip_higher"], costs=[])),
     "gdpo": Fix(
         numbers="gdpo.py", fixes="a rare reward term drowned by a common one",
-        regime="a warm start that seldom reasons, 16 updates a rollout, a format bonus of 0.1",
-        without="rare_format", with_="rare_format_gdpo", metric="think_half_step", side="lower",
-        margin=(0.25, "relative"),
-        gates=[("mean_adv_correct_corr", "the correctness reward's correlation with the advantage")]),
+        regime=RARE_REGIME + ", a format bonus of 0.1",
+        without="rare_format", with_="rare_format_gdpo", number=Number("think_half_step", "lower", (0.25, "relative")),
+        gates=[("mean_adv_correct_corr", "the correctness reward's correlation with the advantage")],
+        record=Record(claim="GRPO in multi-reward settings leads to reward advantages collapse; GDPO resolves this by "
+                            "decoupling reward normalization across individual rewards.",
+                      source="GDPO, arXiv 2601.05242, abstract (NVlabs/GDPO)",
+                      mechanism=above_without("mean_adv_correct_corr", 1.0), rivals=["rare_format_nostd"], costs=[])),
     "dual_clip": Fix(
         numbers="-", fixes="stale wrong answers made likelier: an unbounded loss",
         regime="rollouts 4 steps old, pi_old their sampler, lr 3e-4",
-        without="lag", with_="lag_dual_clip", metric="grad_limited_steps", side="lower", margin=(0.039, "points"),
-        gates=[("mean_neg_ratio_above_3", "of the wrong answers' tokens, the share with ratio > 3")]),
+        without="lag", with_="lag_dual_clip", number=Number("grad_limited_steps", "lower", (0.039, "points")),
+        gates=[("mean_neg_ratio_above_3", "of the wrong answers' tokens, the share with ratio > 3")],
+        record=Record(claim="Where A < 0, r A is unbounded below as the ratio grows; the dual clip bounds it by c A, "
+                            "c > 1 (paraphrase).",
+                      source="Ye et al. 2020, arXiv 1912.09729; verl compute_policy_loss_vanilla, clip_ratio_c",
+                      mechanism=above("mean_neg_ratio_above_3", 0), rivals=["lag_masked"], costs=[])),
     "off_policy_mask": Fix(
-        numbers="10", fixes="stale wrong answers far from the policy",
-        regime="rollouts 4 steps old, pi_old the learner (decoupled), lr 3e-4",
-        without="lag_decoupled", with_="lag_decoupled_masked", metric="grad_limited_steps", side="lower",
-        margin=(0.13, "points"),
+        numbers="10", fixes="stale wrong answers far from the policy", regime=LAG_DECOUPLED,
+        without="lag_decoupled", with_="lag_decoupled_masked", number=Number("grad_limited_steps", "lower",
+                                                                             (0.13, "points")),
         gates=[("mean_sampler_kl_k3", "KL(sampler || pi_old) a token"),
-               ("mean_neg_far_frac", "answers the mask at delta 0.1 would drop")]),
+               ("mean_neg_far_frac", "answers the mask at delta 0.1 would drop")],
+        record=Record(claim="We mask negative sequences that introduce significant policy divergence; this improves "
+                            "stability in certain training scenarios that would otherwise exhibit instability.",
+                      source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1",
+                      mechanism=above("mean_off_policy_masked_frac", 0), rivals=["lag_decoupled_tis"],
+                      costs=["mean_off_policy_masked_frac"])),
     "gspo": Fix(
-        numbers="-", fixes="a noisy token ratio",
-        regime="the runaway's task, dropout 0.1 in the learner only, 60 steps",
-        without="search_dropout", with_="search_dropout_gspo", metric="sampler_entropy", side="lower",
-        margin=(0.13, "nats"),
-        gates=[("early_logratio_std_token", "the token log-ratio's spread, first 10 steps")]),
+        numbers="-", fixes="a noisy token ratio", regime="the runaway's task, dropout 0.1 in the learner only, 60 steps",
+        without="search_dropout", with_="search_dropout_gspo", number=Number("reward", "higher", (0.1, "points")),
+        gates=[("early_logratio_std_token", "the token log-ratio's spread, first 10 steps")],
+        record=Record(claim="GSPO defines the importance ratio based on sequence likelihood ... and achieves superior "
+                            "training efficiency and performance compared to GRPO.",
+                      source="GSPO, arXiv 2507.18071, abstract",
+                      mechanism=Mechanism("early_logratio_std_seq", "at most half the token ratio's spread without it",
+                                          lambda without, with_: with_ <= 0.5 * without, "early_logratio_std_token"),
+                      rivals=["search_dropout_gmpo"], costs=["mean_clip_frac"])),
 }
 
 
-# ---------------------------------------------------------------- 4. the field past the chapter
+# ---------------------------------------------------------------- 5. the field past the chapter
 
 class Variant(NamedTuple):
-    """A method of the field past the chapter (field_methods.py), judged as the chapter's lesson or fix beside it."""
-    source: str  # the paper or the library it comes from
-    what: str    # what it changes
-    beside: str  # the chapter's lesson or fix it stands beside, by its command-line name ("instability", "fix_tis")
-    run: str     # its experiment: the regime of the lesson or fix beside it, with the method's flags
-
-    @property
-    def chapter(self):
-        """The Lesson or the Fix it stands beside."""
-        return dict(judged())[self.beside]
+    """A method of the field past the chapter (field_methods.py), in the regime where the failure it answers lives:
+    its run beside the same run without it, and beside its rivals, by the number its source says it moves."""
+    what: str        # what it changes
+    regime: str      # where it runs
+    without: str     # the run without it (a name of EXPERIMENTS)
+    run: str         # its own run
+    number: Number   # the number it is judged by: moved by its margin against the run without (or by `rule`)
+    record: Record   # its claim, mechanism, rivals and costs
+    rule: Callable = None  # a lesson's check in the number's place (SAPO, GMPO: lesson 1's)
 
     @property
     def experiments(self):
-        """[the run without it, its own run]: the run without is the broken or without-run of the one beside it."""
-        return [self.chapter.experiments[0], self.run]
+        return [self.without, self.run]
 
-    @property
-    def check(self):
-        return self.chapter.check
-
-    @property
-    def claim(self):
-        return f"{self.what}: judged as {self.beside} is ({self.chapter.claim})"
+    def check(self, without, with_):
+        return self.rule(without, with_) if self.rule else self.number.moved(without, with_)
 
 
-# method -> Variant. Each is judged where the failure it answers lives, as the lesson or fix beside it is: against
-# the same run without, by the same check, the same number and the same margin (a fix's: twice the spread of the
-# run without it over seeds, which test_verdicts holds it to; a lesson's: 15 points). BNPO has no run: in one
-# process it is token_mean, number for number (tests/test_whole_step.py), so its run would repeat search_token's.
+def not_worse(number):
+    """A check for a method that claims to keep what it is given (the 80/20 rule: the accuracy with 20% of the
+    tokens): not behind the run without it by the number's margin."""
+    return lambda without, with_: number.against(without, with_) != "worse"
+
+
+STALE = Number("grad_limited_steps", "lower", (0.13, "points"))  # the stale sampler's: as TIS, beside the same run
+LESSON1 = Number("final", "higher", (0.10, "points"))
+MANY_FINAL = Number("final", "higher", (0.1, "points"))
+G4_REGIME = "4 answers to each of 32 problems a step"
 FIELD = {
-    "sapo": Variant("SAPO, arXiv 2511.20347", "a sigmoid gate in place of the clip", "instability", "book_sapo"),
-    "gmpo": Variant("GMPO, arXiv 2507.20673", "the geometric mean of the token ratios, clipped in log space",
-                    "instability", "book_gmpo"),
-    "icepop": Variant("IcePop, arXiv 2510.18855", "weights outside [0.5, 2] set to 0, not truncated", "fix_tis",
-                      "lag_decoupled_icepop"),
-    "sequence_is": Variant("TRL sequence_mask; verl rollout_is", "one weight an answer, masked above 3", "fix_tis",
-                           "lag_decoupled_seq_is"),
-    "rejection": Variant("verl rollout_rs", "answers whose mean k3 from the sampler passes 0.01 dropped", "fix_tis",
-                         "lag_decoupled_reject"),
-    "dppo_tv": Variant("DPPO, arXiv 2602.04879", "a trust region on each probability's move from the sampler, TV 0.15",
-                       "fix_tis", "lag_decoupled_dppo_tv"),
-    "dppo_kl": Variant("DPPO, arXiv 2602.04879", "the same on the binary KL, 0.05", "fix_tis", "lag_decoupled_dppo_kl"),
-    "vespo": Variant("VESPO, arXiv 2602.10693", "a Gamma weight of each answer's ratio to the sampler", "fix_tis",
-                     "lag_decoupled_vespo"),
-    "top_entropy": Variant("the 80/20 rule, arXiv 2506.01939", "the gradient on the top 20% of tokens by entropy",
-                           "fix_entropy_bonus", "many_top_entropy"),
-    "adaptive_entropy": Variant("Skywork-OR1, arXiv 2505.22312", "the entropy bonus steered towards 0.2 nats",
-                                "fix_entropy_bonus", "many_adaptive_entropy"),
-    "rloo": Variant("RLOO, arXiv 2402.14740", "the mean of the other answers as the baseline", "fix_drgrpo",
-                    "search_rloo"),
-    "reinforce_pp": Variant("REINFORCE++, arXiv 2501.03262", "the batch's mean and std over its tokens", "fix_drgrpo",
-                            "search_reinforce_pp"),
-    "luspo": Variant("LUSPO, arXiv 2602.05261", "GSPO's loss times each answer's length", "fix_gspo",
-                     "search_dropout_luspo"),
-    "k3_plus": Variant("verl's k3+", "k3's value with k2's gradient", "naive_kl", "book_kl_k3plus"),
+    "sapo": Variant("a sigmoid gate in place of the clip", "lesson 1's far off-policy epochs", "book_noclip",
+                    "book_sapo", LESSON1, Record(
+                        claim="SAPO replaces hard clipping with a smooth, temperature-controlled gate that adaptively "
+                              "attenuates off-policy updates ... improved training stability.",
+                        source="SAPO, arXiv 2511.20347, abstract; TRL sapo, verl compute_policy_loss_sapo",
+                        mechanism=below_without("grad_norm_peak", 0.5), rivals=["book_ppo_clip"], costs=[]),
+                    falls_and_trails),
+    "gmpo": Variant("the geometric mean of the token ratios, clipped in log space", "lesson 1's far off-policy epochs",
+                    "book_noclip", "book_gmpo", LESSON1, Record(
+                        claim="Replacing GRPO's arithmetic mean with the geometric mean of token-level rewards, as the "
+                              "latter is inherently less sensitive to outliers.",
+                        source="GMPO, arXiv 2507.20673, abstract; verl compute_policy_loss_geo_mean",
+                        mechanism=below_without("grad_norm_peak", 0.5), rivals=["book_ppo_clip"],
+                        costs=["mean_clip_frac"]), falls_and_trails),
+    "icepop": Variant("weights outside [0.5, 5] set to 0, not truncated", LAG_DECOUPLED, "lag_decoupled",
+                      "lag_decoupled_icepop", STALE, Record(
+                          claim="IcePop only calibrates gradients within the acceptable region and discards all noisy "
+                                "gradient updates beyond that boundary.",
+                          source="IcePop, Ring-1T, arXiv 2510.18855, sec. 2.3.2 (alpha 0.5, beta 5)",
+                          mechanism=above("mean_is_masked_frac", 0), rivals=["lag_decoupled_tis"],
+                          costs=["mean_is_masked_frac"])),
+    "sequence_is": Variant("one weight an answer, the product of its tokens', masked above 3", LAG_DECOUPLED,
+                           "lag_decoupled", "lag_decoupled_seq_is", STALE, Record(
+                               claim="Per-sequence weight (product of tokens; unbiased, high variance).",
+                               source="verl rollout_corr_helper.py, rollout_is sequence; TRL sequence_mask, cap 3",
+                               mechanism=above("mean_is_masked_frac", 0), rivals=["lag_decoupled_tis"],
+                               costs=["mean_is_masked_frac"])),
+    "rejection": Variant("answers whose mean k3 from the sampler passes 0.01 dropped", LAG_DECOUPLED, "lag_decoupled",
+                         "lag_decoupled_reject", STALE, Record(
+                             claim="Rejection sampling (RS) corrects for any distribution shift between data "
+                                   "collection and training: binary filtering for outlier exclusion.",
+                             source="verl docs/algo/rollout_corr.md; rollout_corr_helper.py, rollout_rs seq_mean_k3",
+                             mechanism=above("mean_rejected_frac", 0), rivals=["lag_decoupled_tis"],
+                             costs=["mean_rejected_frac"])),
+    "dppo_tv": Variant("a trust region on each probability's move from the sampler, TV 0.15", LAG_DECOUPLED,
+                       "lag_decoupled", "lag_decoupled_dppo_tv", STALE, Record(
+                           claim="The ratio is a noisy single-sample estimate of the true policy divergence; DPPO "
+                                 "achieves superior training stability and efficiency.",
+                           source="DPPO, arXiv 2602.04879, abstract; sail-sg/Stable-RL core_algos.py",
+                           mechanism=above("mean_clip_frac", 0), rivals=["lag_decoupled_tis"],
+                           costs=["mean_clip_frac"])),
+    "dppo_kl": Variant("the same on the binary KL, 0.05", LAG_DECOUPLED, "lag_decoupled", "lag_decoupled_dppo_kl",
+                       STALE, Record(
+                           claim="The ratio is a noisy single-sample estimate of the true policy divergence; DPPO "
+                                 "achieves superior training stability and efficiency.",
+                           source="DPPO, arXiv 2602.04879, abstract; sail-sg/Stable-RL core_algos.py",
+                           mechanism=above("mean_clip_frac", 0), rivals=["lag_decoupled_tis"],
+                           costs=["mean_clip_frac"])),
+    "vespo": Variant("a Gamma weight of each answer's ratio to the sampler", LAG_DECOUPLED, "lag_decoupled",
+                     "lag_decoupled_vespo", STALE, Record(
+                         claim="A closed-form reshaping kernel on sequence-level importance weights ... maintains "
+                               "stable training under staleness ratios up to 64x.",
+                         source="VESPO, arXiv 2602.10693, abstract; FloyedShen/VESPO core_algos.py",
+                         mechanism=Mechanism("mean_is_weight_mean", "below 1", lambda without, with_: with_ < 1),
+                         rivals=["lag_decoupled_tis"], costs=["mean_is_weight_mean"])),
+    "top_entropy": Variant("the gradient on the top 20% of tokens by entropy",
+                           "inequalities with 2-6 right digits, 16 updates a rollout", "many", "many_top_entropy",
+                           MANY_FINAL, Record(
+                               claim="Utilizing only 20% of the tokens while maintaining performance comparable to "
+                                     "full-gradient updates.",
+                               source="the 80/20 rule, arXiv 2506.01939, abstract; TRL top_entropy_quantile",
+                               mechanism=within("mean_low_entropy_frac", 0.75, 0.85), rivals=["many_entropy"],
+                               costs=["mean_low_entropy_frac"]), not_worse(MANY_FINAL)),
+    "adaptive_entropy": Variant("the entropy bonus steered towards 0.2 nats",
+                                "inequalities with 2-6 right digits, 16 updates a rollout", "many",
+                                "many_adaptive_entropy", MANY_FINAL, Record(
+                                    claim="Mitigating premature entropy collapse is critical for improved test "
+                                          "performance.",
+                                    source="Skywork-OR1, arXiv 2505.22312, abstract; TRL use_adaptive_entropy",
+                                    mechanism=within("entropy", 0.1, 0.4), rivals=["many_entropy"], costs=[])),
+    "rloo": Variant("the mean of the other answers as the baseline, undivided", G4_REGIME, "g4", "g4_rloo",
+                    Number("eval_mean", "higher", (0.1, "points")), Record(
+                        claim="RLOO is a variant of REINFORCE that reduces variance by using leave-one-out baselines.",
+                        source="RLOO, arXiv 2402.14740; TRL docs/source/paper_index.md",
+                        mechanism=within("mean_adv_to_centred", 4 / 3 - 1e-3, 4 / 3 + 1e-3), rivals=["g4_drgrpo"],
+                        costs=[])),
+    "reinforce_pp": Variant("the batch's mean and std over its tokens as the baseline", G4_REGIME, "g4",
+                            "g4_reinforce_pp", Number("eval_mean", "higher", (0.1, "points")), Record(
+                                claim="Normalizing advantages across the entire global batch gives a more stable and "
+                                      "effectively unbiased estimate.",
+                                source="REINFORCE++, arXiv 2501.03262, abstract (v9)",
+                                mechanism=above("mean_equal_groups_adv", 0), rivals=["g4_drgrpo"], costs=[])),
+    "luspo": Variant("GSPO's loss times each answer's length", "the runaway's task, dropout 0.1 in the learner only",
+                     "search_dropout", "search_dropout_luspo", Number("late_resp_len", "higher", (0.1, "relative")),
+                     Record(claim="We rectify the length bias inherent in GSPO ... thereby resolving the issue of "
+                                  "response length collapse.",
+                            source="LUSPO, arXiv 2602.05261, abstract; TRL loss_type luspo",
+                            mechanism=at_most("mean_token_weight_spread", 1.001), rivals=["search_dropout_gspo"],
+                            costs=[])),
+    "k3_plus": Variant("k3's value with k2's gradient", "KL 0.1 on the samples of the policy itself", "kl_onpolicy",
+                       "kl_onpolicy_k3plus", Number("mean_kl_exact", "lower", (0.1, "relative")), Record(
+                           claim="The expected gradient of k1 and k3 estimator is not the expected gradient of KL; k2 "
+                                 "gives the right gradient, so we use a straight-through trick.",
+                           source="verl, verl/trainer/ppo/core_algos.py, kl_penalty",
+                           mechanism=at_most("mean_kl_grad_bias", 0.01), rivals=["kl_onpolicy_k2"], costs=[])),
 }
 
 
-# ---------------------------------------------------------------- 5. every judged pair
+# ---------------------------------------------------------------- 6. every judged pair
 
 def judged():
     """[(name, record)] of every lesson, fix and variant, under the name the command line and the pages give it:
-    a lesson's own (instability), fix_<item> (fix_tis), field_<method> (field_sapo)."""
+    a lesson's own (instability), fix_<item> (fix_tis), field_<method> (field_sapo). Each has .experiments
+    ([without, with]), .check (the outcome, one seed), .number (the outcome's number, beside its rivals), .record."""
     return ([*LESSONS.items()] + [("fix_" + item, fix) for item, fix in FIXES.items()]
             + [("field_" + method, variant) for method, variant in FIELD.items()])

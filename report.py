@@ -19,6 +19,7 @@ import json
 import math
 import os
 import re
+from typing import NamedTuple
 
 import lessons
 import provenance
@@ -90,10 +91,20 @@ def run_summary(rows):
     # each fix's own metric (lessons.FIXES): means over the run, or over its second half where a trend builds up
     for key in ("signal_groups", "adv_correct_corr", "truncated_frac", "pg_k1", "sampler_kl_k3", "grad_norm_max",
                 "zero_std_frac", "tis_weight_mean", "ppo_kl", "clip_high_lowp_frac", "neg_ratio_above_3",
-                "neg_sampler_kl", "tis_weight_above_2", "neg_far_frac"):  # the fixes' metrics and gates
+                "neg_sampler_kl", "tis_weight_above_2", "neg_far_frac",  # the fixes' metrics and gates
+                # each method's mechanism and cost (lessons.Record): what it weighs, drops, clips or pays
+                "sampler_gap", "format_paid_wrong", "token_weight_spread", "reward_overlong", "clip_frac",
+                "clip_frac_high", "off_policy_masked_frac", "is_masked_frac", "rejected_frac", "is_weight_mean",
+                "low_entropy_frac", "adv_to_centred", "equal_groups_adv", "kl_grad_bias", "kl_exact"):
         out["mean_" + key] = mean(r.get(key) for r in steps)
+    out["grad_norm_peak"] = max(finite(r.get("grad_norm_max") for r in steps), default=float("nan"))
+    out["kl_low"] = min(finite(r.get("kl") for r in steps), default=float("nan"))
     out["early_logratio_std_token"] = mean(r.get("logratio_std_token") for r in head)
+    out["early_logratio_std_seq"] = mean(r.get("logratio_std_seq") for r in head)
     out["late_resp_len_wrong"] = mean(r.get("resp_len_wrong") for r in steps[len(steps) // 2:])
+    out["late_resp_len"] = mean(r.get("resp_len") for r in steps[len(steps) // 2:])
+    out["entropy_peak_share"] = out["entropy_peak"] / out["ln_vocab"]
+    out["eval_mean"] = mean(a for s, a in evals if s > 0)  # how fast it learns as well as how far: the area under it
     errors = [(r["kl"] - r["kl_exact"]) / r["kl_exact"] for r in steps
               if run_folders.is_number(r.get("kl")) and run_folders.is_number(r.get("kl_exact")) and r["kl_exact"] > 0]
     # the KL term's estimate against its exact value (--exact-kl): its bias over the run (what
@@ -239,62 +250,144 @@ def seeds_of(summaries, names):
                   key=lambda s: (int(s[4:].split()[0]), s))
 
 
+class Judgement(NamedTuple):
+    """A lesson, fix or variant over the seeds its runs share (judgement): its mechanism, its outcome against the
+    run without it, its number beside each rival's run, and its costs."""
+    seeds: list      # the seed labels ('seed0'; 'seed0 avx2' for another rounding) all its runs have
+    pairs: list      # [(the run without's summary, the method's)] by seed
+    mechanism: list  # [(acted, why it could not be judged or None)] by seed
+    outcome: list    # [(held, why not judged or None)] by seed
+    rivals: dict     # rival experiment -> ['better', 'same', 'worse' or None (a number missing)] over its seeds
+    costs: dict      # run_summary key -> [the method's run's value] by seed
+    time: float      # the method's run's minutes over the run without's, the mean over seeds
+
+
+def judgement(judged, summaries):
+    """Judgement of a lessons.judged() record on the runs of summaries ({experiment: {seed: run_summary}})."""
+    names, record = judged.experiments, judged.record
+    seeds = seeds_of(summaries, names)
+    pairs = [(summaries[names[0]][s], summaries[names[1]][s]) for s in seeds]
+    mechanism = [judge(record.mechanism.acts, list(pair), names) for pair in pairs]
+    outcome = [judge(judged.check, list(pair), names) for pair in pairs]
+    rivals = {}
+    for rival in record.rivals:
+        own = [(summaries[rival][s], pair[1]) for s, pair in zip(seeds, pairs) if s in summaries.get(rival, {})]
+        rivals[rival] = [side_of(judged.number, r, o) for r, o in own]
+    costs = {key: [pair[1].get(key) for pair in pairs] for key in record.costs}
+    time = mean(b.get("minutes", math.nan) / a.get("minutes", math.nan) for a, b in pairs if a.get("minutes"))
+    return Judgement(seeds, pairs, mechanism, outcome, rivals, costs, time)
+
+
+def side_of(number, rival, own):
+    """'better', 'same' or 'worse' (lessons.Number.against), or None where either run lacks the number."""
+    known = [{k: v for k, v in run.items() if v is not None and v == v} for run in (rival, own)]
+    try:
+        return number.against(*known)
+    except KeyError:
+        return None
+
+
+def counted(verdicts, seeds=None):
+    """'3 of 3' of [(held, why not judged)], and which seed could not be judged and why."""
+    unjudged = [(s, why) for s, (_, why) in zip(seeds or [f"seed{i}" for i in range(len(verdicts))], verdicts) if why]
+    return f"{sum(h for h, _ in verdicts)} of {len(verdicts)}" + "".join(f"; seed {s[4:]} not judged: {why}"
+                                                                         for s, why in unjudged)
+
+
+def rival_text(rival, sides):
+    """'lag_decoupled_tis: 2 better, 1 same' over the seeds the rival has (- without any)."""
+    if not sides:
+        return f"{rival}: not run yet"
+    counts = [f"{sides.count(side)} {side}" for side in ("better", "same", "worse") if sides.count(side)]
+    missing = f", {sides.count(None)} not judged" if None in sides else ""
+    return f"{rival}: {', '.join(counts) or '-'}{missing}"
+
+
+COST_NAMES = {  # a cost's key -> how a table names it
+    "mean_clip_frac": "tokens clipped", "mean_is_masked_frac": "tokens masked", "mean_rejected_frac": "tokens rejected",
+    "mean_off_policy_masked_frac": "answers masked", "mean_low_entropy_frac": "tokens without a gradient",
+    "mean_is_weight_mean": "mean weight", "mean_zero_std_frac": "groups dropped", "mean_reward_overlong": "penalty",
+}
+
+
+DROPS = ["mean_is_masked_frac", "mean_rejected_frac", "mean_off_policy_masked_frac"]  # the stale corrections' costs
+
+
+def cost_text(j):
+    """'tokens clipped 0.4%; time x1.02': each cost's mean over the seeds, and the time against the run without."""
+    parts = [f"{COST_NAMES[key]} {fmt_metric(key, mean(values))}" for key, values in j.costs.items()]
+    return "; ".join(parts + ([f"time x{j.time:.2f}"] if math.isfinite(j.time) else []))
+
+
+def mechanism_cell(judged, j):
+    """'the run's largest gradient norm: 79-120 -> 3.9-7.8 (at most half the run without's)'."""
+    m = judged.record.mechanism
+    key = lambda k: (lambda x: fmt_metric(k, x))  # noqa: E731
+    before = span([a.get(m.without_key or m.key) for a, _ in j.pairs], key(m.without_key or m.key))
+    after = span([b.get(m.key) for _, b in j.pairs], key(m.key))
+    return f"{lessons.METRICS[m.key]}: {before} -> {after} ({m.rule})"
+
+
+def number_cells(judged, j):
+    """(its number with its margin, 'without -> with' over the seeds)."""
+    n = judged.number
+    fmt = lambda x: fmt_metric(n.key, x)  # noqa: E731
+    values = [span([pair[i].get(n.key) for pair in j.pairs], fmt) for i in (0, 1)]
+    return f"{SHORT_METRICS.get(n.key, lessons.METRICS[n.key])} ({n.side}, by >= {lessons.margin_text(*n.margin)})", \
+        f"{values[0]} -> {values[1]}"
+
+
 def fixes_table(summaries):
-    """The closing list's fixes, one row each: where it runs, its gates without it, its metric and its
-    margin, without -> with in each seed, and in how many seeds it moved the metric the way it is made
-    to, by the margin (a seed whose runs lack the metric is named, and not counted)."""
-    out = ["| item (the book's list) | where | its gates, without it | its metric (margin) | "
-           "without -> with, by seed | held |", "|---|---|---|---|---|---|"]
+    """The closing list's fixes, one row each: where it runs, its gates without it, its mechanism (without -> with)
+    and in how many seeds it acted, its number (without -> with, by seed) and in how many seeds it moved it the way
+    its source says by the margin, beside its rival, and its cost (a seed whose runs lack a number is named and not
+    counted)."""
+    out = ["| item (the book's list) | where | its gates, without it | its mechanism | acted | its number (margin) | "
+           "without -> with, by seed | held | beside its rival | cost |", "|---|---|---|---|---|---|---|---|---|---|"]
     for item, fix in lessons.FIXES.items():
-        seeds = seeds_of(summaries, fix.experiments)
-        if not seeds:
+        j = judgement(fix, summaries)
+        if not j.seeds:
             continue
-        runs = [(summaries[fix.without][s], summaries[fix.with_][s]) for s in seeds]
-        verdicts = [judge(fix.check, list(pair), fix.experiments) for pair in runs]
-        key = fix.metric
-        cells = ", ".join(f"{fmt_metric(key, a.get(key))} -> {fmt_metric(key, b.get(key))}" for a, b in runs)
-        gates = "; ".join(f"{what}: " + ", ".join(fmt_metric(k, a.get(k)) for a, _ in runs) for k, what in fix.gates)
-        unjudged = "".join(f"; seed {s[4:]} not judged: {why}" for s, (_, why) in zip(seeds, verdicts) if why)
-        out.append(f"| {item} ({fix.numbers}) | {fix.regime} | {gates} | {lessons.METRICS[key]} ({fix.side}, by >= "
-                   f"{lessons.margin_text(*fix.margin)}) | {cells} | {sum(h for h, _ in verdicts)} of {len(seeds)}"
-                   f"{unjudged} |")
+        key = fix.number.key
+        cells = ", ".join(f"{fmt_metric(key, a.get(key))} -> {fmt_metric(key, b.get(key))}" for a, b in j.pairs)
+        gates = "; ".join(f"{what}: " + ", ".join(fmt_metric(k, a.get(k)) for a, _ in j.pairs) for k, what in fix.gates)
+        out.append(f"| {item} ({fix.numbers}) | {fix.regime} | {gates} | {mechanism_cell(fix, j)} | "
+                   f"{counted(j.mechanism, j.seeds)} | {number_cells(fix, j)[0]} | {cells} | {counted(j.outcome, j.seeds)} | "
+                   f"{'; '.join(rival_text(r, v) for r, v in j.rivals.items())} | {cost_text(j) or '-'} |")
     return "\n".join(out) if len(out) > 2 else ""
 
 
 def field_table(summaries):
-    """The field's variants (lessons.FIELD), one row each, judged beside the chapter's own lesson or fix: the number
-    that judges it, without -> with in each seed, and in how many seeds it held; "not run yet" where its runs are
-    not there. A lesson's number is the greedy accuracy: the run without, peak -> end; the variant's, at the end."""
-    out = ["| method | source | what it changes | beside (the chapter's, held) | its number | without -> with, by seed "
-           "| held |", "|---|---|---|---|---|---|---|"]
+    """The field's variants (lessons.FIELD), one row each, in the regime where the failure each answers lives: its
+    mechanism and in how many seeds it acted, its number (without -> with) and in how many seeds it held, beside its
+    rival, its cost; "not run yet" where its runs are not there."""
+    out = ["| method | what it changes | where | its mechanism | acted | its number (margin) | without -> with | held "
+           "| beside its rival | cost |", "|---|---|---|---|---|---|---|---|---|---|"]
     for method, variant in lessons.FIELD.items():
-        names = variant.experiments
-        seeds = seeds_of(summaries, names)
-        chapter = variant.chapter  # the lesson or fix it stands beside
-        beside = f"{variant.beside} ({held_text(chapter, summaries).removeprefix('held in ') or 'not run yet'})"
-        if isinstance(chapter, lessons.Fix):
-            key = chapter.metric
-            number = (f"{SHORT_METRICS.get(key, lessons.METRICS[key])} ({chapter.side}, by >= "
-                      f"{lessons.margin_text(*chapter.margin)})")
-            cell = lambda a, b: f"{fmt_metric(key, a.get(key))} -> {fmt_metric(key, b.get(key))}"  # noqa: E731
-        else:
-            fall, gap = lessons.GREEDY_RULES[chapter.check]
-            number = f"greedy accuracy: falls >= {fall * 100:.0f} points without, ends >= {gap * 100:.0f} above it with"
-            cell = lambda a, b: f"{pct(a.get('peak'))}-{pct(a.get('final'))} -> {pct(b.get('final'))}"  # noqa: E731
-        if not seeds:
-            out.append(f"| {method} | {variant.source} | {variant.what} | {beside} | {number} | not run yet | - |")
+        j = judgement(variant, summaries)
+        number, values = number_cells(variant, j)
+        if not j.seeds:
+            out.append(f"| {method} | {variant.what} | {variant.regime} | {lessons.METRICS[variant.record.mechanism.key]} "
+                       f"| - | {number} | not run yet | - | - | - |")
             continue
-        runs = [[summaries[n][s] for n in names] for s in seeds]
-        verdicts = [judge(variant.check, pair, names) for pair in runs]
-        unjudged = "".join(f"; seed {s[4:]} not judged: {why}" for s, (_, why) in zip(seeds, verdicts) if why)
-        out.append(f"| {method} | {variant.source} | {variant.what} | {beside} | {number} | "
-                   f"{', '.join(cell(*p) for p in runs)} | {sum(h for h, _ in verdicts)} of {len(seeds)}{unjudged} |")
+        out.append(f"| {method} | {variant.what} | {variant.regime} | {mechanism_cell(variant, j)} | "
+                   f"{counted(j.mechanism, j.seeds)} | {number} | {values} | {counted(j.outcome, j.seeds)} | "
+                   f"{'; '.join(rival_text(r, v) for r, v in j.rivals.items())} | {cost_text(j) or '-'} |")
+    return "\n".join(out)
+
+
+def claims_table():
+    """Every judged method, its source's claim and where it says it (lessons.py; no runs needed)."""
+    out = ["| method | its source's claim | source |", "|---|---|---|"]
+    for name, judged in lessons.judged():
+        out.append(f"| {name} | {judged.record.claim} | {judged.record.source} |")
     return "\n".join(out)
 
 
 PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "grad_limited_steps", "mean_zero_std_frac",
                    "mean_tis_weight_mean", "mean_clip_high_lowp_frac", "mean_tis_weight_above_2", "mean_neg_far_frac",
-                   "eval_low"}
+                   "eval_low", "final", "eval_mean", "entropy_peak_share", "mean_clip_frac", "mean_clip_frac_high",
+                   "mean_is_masked_frac", "mean_rejected_frac", "mean_off_policy_masked_frac", "mean_low_entropy_frac"}
 
 
 def fmt_metric(key, value):
@@ -340,7 +433,7 @@ def lesson_table(name, summaries):
         return ""
     # a check of one's own: the accuracies
     columns = LESSON_COLUMNS.get(lesson.check, LESSON_COLUMNS[lessons.broken_vs_fixed])
-    out = [f"**{name}** ({lesson.claim}): {held_text(lesson, summaries)}", "",
+    out = [f"**{name}** ({lesson.rule}): {held_text(lesson, summaries)}", "",
            "| seed | " + " | ".join(title.format(*names) for title, _ in columns) + f" | held | moved first in {names[0]} |",
            "|---|" + "---|" * (len(columns) + 2)]
     for s in seeds:
@@ -530,34 +623,36 @@ def check_runs(records, runs_dir, roundings=None):
 
 def verdict_lines(other):
     """For runs made elsewhere than their record [(record, summary found, config, rounding)]: where each side
-    ran, and each lesson's and fix's verdict here against the record's over the same seeds, 'agrees' or
-    'DIFFERS' with the seeds that differ."""
+    ran, and each lesson's, fix's and variant's verdicts here against the record's over the same seeds (its
+    mechanism's and its outcome's), 'agrees' or 'DIFFERS' with the seeds that differ."""
     if not other:
         return []
     theirs = sorted({f"{r.get('machine')} ({r['rounding']})" for r, *_ in other})
     ours = sorted({f"{c.get('machine')} ({rounding})" for _, _, c, rounding in other})
-    out = [f"The record's runs came from {'; '.join(theirs)}; these {len(other)} ran on {'; '.join(ours)}. A float "
-           "summed in another order changes every number from the first steps, so they are compared by their "
-           "lessons' and fixes' verdicts, not number by number:"]
+    out = []
     for rounding in dict.fromkeys(rd for *_, rd in other):
-        here = {}
-        there = {}
+        here, there = {}, {}
         for r, found, _, rd in other:
             if rd == rounding:
                 here.setdefault(r["experiment"], {})[f"seed{r['seed']}"] = found
                 there.setdefault(r["experiment"], {})[f"seed{r['seed']}"] = r["summary"]
         for name, judged in lessons.judged():
-            seeds, ours_held = seed_verdicts(judged, here)
-            if not seeds:
+            ours_j, theirs_j = judgement(judged, here), judgement(judged, there)
+            if not ours_j.seeds:
                 continue
-            names = judged.experiments
-            theirs_held = {s: judge(judged.check, [there[n][s] for n in names], names) for s in seeds}
-            a, b = (sum(h for h, _ in v.values()) for v in (ours_held, theirs_held))
-            differ = [s[4:] for s in seeds if ours_held[s][0] != theirs_held[s][0]]
-            out.append(f"{name}{f' ({rounding})' if rounding != 'plain' else ''}: held in {a} of {len(seeds)} "
-                       f"seeds here, {b} of {len(seeds)} in the record: "
-                       + (f"DIFFERS (seed{'s' * (len(differ) > 1)} {', '.join(differ)})" if differ else "agrees"))
-    return out
+            parts, differ = [], set()
+            for what, a, b in (("mechanism acted", ours_j.mechanism, theirs_j.mechanism),
+                               ("held", ours_j.outcome, theirs_j.outcome)):
+                parts.append(f"{what} in {sum(h for h, _ in a)} of {len(a)} seeds here, {sum(h for h, _ in b)} in the "
+                             "record")
+                differ |= {s[4:] for s, x, y in zip(ours_j.seeds, a, b) if x[0] != y[0]}
+            out.append(f"{name}{f' ({rounding})' if rounding != 'plain' else ''}: {'; '.join(parts)}: "
+                       + (f"DIFFERS (seed{'s' * (len(differ) > 1)} {', '.join(sorted(differ))})" if differ else "agrees"))
+    head = (f"The record's runs came from {'; '.join(theirs)}; these {len(other)} ran on {'; '.join(ours)}. A float "
+            "summed in another order changes every number from the first steps, so they are compared by their "
+            "lessons', fixes' and variants' verdicts, not number by number")
+    return [head + (":" if out else ". They make up no lesson's, fix's or variant's pair, so there is no verdict to "
+                    "compare."), *out]
 
 
 def difference_text(path, recorded, found, folder):
@@ -632,16 +727,55 @@ def pairs_from_results(records):
     return out
 
 
+def machine_name(machine):
+    """'an Intel Xeon (AVX512)' of config.json's 'x86_64, 2 CPUs (Intel(R) Xeon(R) Processor), AVX512'."""
+    m = re.fullmatch(r"([^,]*), \d+ CPUs(?: \((.*)\))?(?:, (\w+))?.*", str(machine))
+    if not m:
+        return str(machine)
+    model = re.sub(r"\((R|TM)\)|\bProcessor\b|\bCPU\b|@.*", "", m[2] or m[1]).split()
+    name = " ".join(model[:2]) if model else m[1]
+    return f"{'an' if name[:1].upper() in 'AEIOU' else 'a'} {name}" + (f" ({m[3]})" if m[3] else "")
+
+
+def where_recorded(records, names):
+    """'an Intel Xeon (AVX512), one thread': the machine the named experiments' records ran on (several: each)."""
+    machines = sorted({machine_name(r.get("machine")) for r in records if r["experiment"] in names})
+    return "; ".join(machines) or "no machine yet"
+
+
 def verdict_part(records, args, _):
-    """`verdict LESSON`: one line, the lesson's count of seed x rounding pairs held (and of each rounding's
-    seeds), and its headline over all the pairs."""
+    """`verdict LESSON`: one line, the lesson's mechanism and its check, each held in N of M seed x rounding pairs
+    (and by rounding, where other roundings are recorded), and the machine its runs ran on; `verdict LESSON table`:
+    beneath it, a row for each run (its number and its mechanism over the seeds), the rival's included."""
+    lesson = lessons.LESSONS[args[0]]
     pairs = pairs_from_results(records)
-    seeds, verdicts = seed_verdicts(lessons.LESSONS[args[0]], pairs)
-    roundings = list(dict.fromkeys(s.split()[1] if " " in s else "plain" for s in seeds))
-    held = lambda rd: [h for s, (h, _) in verdicts.items() if (s.split()[1:] or ["plain"])[0] == rd]  # noqa: E731
-    each = ", ".join(f"{rd} {sum(held(rd))} of {len(held(rd))}" for rd in roundings)
-    return (f"**Held in {sum(h for h, _ in verdicts.values())} of {len(seeds)} seed x rounding pairs** ({each}): "
-            f"{headline(args[0], pairs)}.\n")
+    j = judgement(lesson, pairs)
+    roundings = list(dict.fromkeys(s.split()[1] if " " in s else "plain" for s in j.seeds))
+    by = lambda verdicts, rd: [v for s, v in zip(j.seeds, verdicts) if (s.split()[1:] or ["plain"])[0] == rd]  # noqa: E731
+    unit = "seeds" if roundings == ["plain"] else "seed x rounding pairs"
+    each = "" if roundings == ["plain"] else " (" + ", ".join(f"{rd} {counted(by(j.outcome, rd))}" for rd in roundings) + ")"
+    mechanism, finds = lesson.words
+    line = (f"**{mechanism} in {counted(j.mechanism)} {unit}; {finds} in {counted(j.outcome)}**{each}, on "
+            f"{where_recorded(records, lesson.experiments)}.\n")
+    if args[1:] != ["table"]:
+        return line
+    return line + "\n" + lesson_runs_table(lesson, summaries_from_results(records)) + "\n"
+
+
+def lesson_runs_table(lesson, summaries):
+    """A lesson's runs (broken, fixed, the fix's rivals), one row each over its seeds (min-max): its peak and end on
+    the lesson's number, its mechanism's number, its minutes."""
+    n, m = lesson.number, lesson.record.mechanism
+    peak = {"final": "peak", "sampled_final": "sampled_peak"}[n.key]
+    out = [f"| run | seeds | {lessons.METRICS[n.key].split(',')[0]}: peak -> end | {lessons.METRICS[m.key]} | minutes |",
+           "|---|---|---|---|---|"]
+    for name in [*lesson.experiments, *lesson.record.rivals]:
+        runs = list(summaries.get(name, {}).values())
+        if runs:
+            col = lambda key, fmt: span([r.get(key) for r in runs], fmt)  # noqa: E731
+            out.append(f"| {lessons.LABELS.get(name, name)} | {len(runs)} | {col(peak, percent)} -> {col(n.key, percent)} "
+                       f"| {col(m.key, lambda x: fmt_metric(m.key, x))} | {col('minutes', lambda x: f'{x:.1f}')} |")
+    return "\n".join(out)
 
 
 def lesson_part(records, args, _):
@@ -650,26 +784,36 @@ def lesson_part(records, args, _):
 
 
 def fixes_part(records, args, _):
-    """`fixes`: the closing list's table, seed by seed; `fixes short`: one row an item, its metric's range over
-    seeds without -> with, for the README."""
+    """`fixes`: the closing list's table, seed by seed; `fixes short`: one row an item, for the README: its
+    mechanism, its number's range over seeds without -> with, beside its rival, its cost."""
     summaries = summaries_from_results(records)
-    if not args:
-        return fixes_table(summaries) + "\n"
-    out = ["| item | what it fixes | its number | without -> with, 3 seeds | held |", "|---|---|---|---|---|"]
-    for item, fix in lessons.FIXES.items():
-        seeds = seeds_of(summaries, fix.experiments)
-        key = fix.metric
-        a, b = ([summaries[n][s].get(key) for s in seeds] for n in fix.experiments)
-        fmt = (lambda x: fmt_metric(key, x))
-        seeds_held = seed_verdicts(fix, summaries)[1].values()
-        out.append(f"| {item} | {fix.fixes} | {SHORT_METRICS.get(key, lessons.METRICS[key])} | {span(a, fmt)} -> "
-                   f"{span(b, fmt)} | {sum(h for h, _ in seeds_held)} of {len(seeds)} |")
-    return "\n".join(out) + "\n"
+    return (fixes_table(summaries) if not args else short_table(lessons.FIXES, summaries, "item")) + "\n"
 
 
 def field_part(records, args, _):
-    """`field`: the field's variants, each beside the chapter's own lesson or fix (field_table)."""
-    return field_table(summaries_from_results(records)) + "\n"
+    """`field`: the field's variants, each in the regime of the failure it answers (field_table); `field short`: one
+    row each, for the README."""
+    summaries = summaries_from_results(records)
+    return (field_table(summaries) if not args else short_table(lessons.FIELD, summaries, "method")) + "\n"
+
+
+def short_table(collection, summaries, first):
+    """One row a fix or variant: its mechanism acted (N of M), its number without -> with over the seeds, held
+    (N of M), beside each rival, and its cost."""
+    out = [f"| {first} | its mechanism acted | its number | without -> with | held | beside its rival | cost |",
+           "|---|---|---|---|---|---|---|"]
+    for name, judged in collection.items():
+        j = judgement(judged, summaries)
+        number, values = number_cells(judged, j)
+        out.append(f"| {name} | {counted(j.mechanism, j.seeds) if j.seeds else '-'} | {number.split(' (')[0]} | "
+                   f"{values if j.seeds else 'not run yet'} | {counted(j.outcome, j.seeds) if j.seeds else '-'} | "
+                   f"{'; '.join(rival_text(r, v) for r, v in j.rivals.items())} | {cost_text(j) or '-'} |")
+    return "\n".join(out)
+
+
+def claims_part(records, args, _):
+    """`claims`: every judged method's source and its claim, as lessons.py states them (no runs needed)."""
+    return claims_table() + "\n"
 
 
 SHORT_METRICS = {"grad_limited_steps": "steps whose gradient norm passed its limit", "kl_bias": "the KL estimate's bias",
@@ -741,14 +885,16 @@ def stale_part(records, args, _):
     lowest after step 0 and at the end."""
     summaries = summaries_from_results(records)
     out = ["| experiment | seeds | steps whose gradient norm passed 1 | KL(sampler \\|\\| pi_old) a token | "
-           "greedy: lowest after step 0 | greedy: end |", "|---|---|---|---|---|---|"]
+           "greedy: lowest after step 0 | greedy: end | what it drops |", "|---|---|---|---|---|---|---|"]
     for name in args:
         runs = list(summaries.get(name, {}).values())
         if runs:
             col = lambda key, fmt: span([r.get(key) for r in runs], fmt)  # noqa: E731
+            dropped = "; ".join(f"{COST_NAMES[key]} {col(key, lambda x: fmt_metric(key, x))}" for key in DROPS
+                                if any(run_folders.is_number(r.get(key)) and r[key] > 0 for r in runs)) or "-"
             out.append(f"| {name} | {len(runs)} | {col('grad_limited_steps', percent)} | "
                        f"{col('mean_sampler_kl_k3', lambda x: f'{x:.3f}')} | {col('eval_low', percent)} | "
-                       f"{col('final', percent)} |")
+                       f"{col('final', percent)} | {dropped} |")
     return "\n".join(out) + "\n"
 
 
@@ -843,7 +989,7 @@ def times_part(records, args, _):
 
 
 PARTS = {"header": header_part, "verdict": verdict_part, "lesson": lesson_part, "fixes": fixes_part,
-         "field": field_part, "experiments": experiments_part, "signs": signs_part, "by_seed": by_seed_part,
+         "field": field_part, "claims": claims_part, "experiments": experiments_part, "signs": signs_part, "by_seed": by_seed_part,
          "stale": stale_part, "roundings": roundings_part, "drops": drops_part, "times": times_part,
          "default_run": default_run_part, "metrics_column": metrics_column_part}
 

@@ -177,8 +177,10 @@ def test_check_compares_numbers_on_the_records_machine_and_verdicts_under_anothe
     assert lines[0].startswith(f"{fixed} seed 0: as recorded (")
     assert lines[1] == ("The record's runs came from x86_64, 2 CPUs (AMD EPYC), AVX512 (plain); these 2 ran on x86_64, "
                         "2 CPUs (AMD EPYC), AVX512 (avx2). A float summed in another order changes every number from the "
-                        "first steps, so they are compared by their lessons' and fixes' verdicts, not number by number:")
-    assert lines[2] == "instability (avx2): held in 0 of 1 seeds here, 1 of 1 in the record: DIFFERS (seed 0)"
+                        "first steps, so they are compared by their lessons', fixes' and variants' verdicts, not number "
+                        "by number:")
+    assert lines[2] == ("instability (avx2): mechanism acted in 0 of 1 seeds here, 0 in the record; held in 0 of 1 seeds "
+                        "here, 1 in the record: DIFFERS (seed 0)")
     shutil.rmtree(tmp_path / "exp-avx2")  # the same runs on another machine, at plain
     for name, evals in ((broken, [0.3, 0.7, 0.35]), (fixed, [0.3, 0.7, 0.72])):
         shutil.rmtree(tmp_path / "exp" / name, ignore_errors=True)
@@ -186,7 +188,12 @@ def test_check_compares_numbers_on_the_records_machine_and_verdicts_under_anothe
     lines, _ = report.check_runs(records, str(tmp_path / "exp"))
     assert lines[0] == f"{broken} seed 0: ran with grpo.py edited, not commit abc's code"
     assert "these 2 ran on arm64, 8 CPUs, NEON (plain)" in lines[2]
-    assert lines[-1] == "instability: held in 1 of 1 seeds here, 1 of 1 in the record: agrees"
+    assert lines[-1] == ("instability: mechanism acted in 0 of 1 seeds here, 0 in the record; held in 1 of 1 seeds here, "
+                         "1 in the record: agrees")
+    shutil.rmtree(tmp_path / "exp" / fixed)  # the broken run alone: no pair to judge, and check says so to the end
+    lines, _ = report.check_runs(records, str(tmp_path / "exp"))
+    assert lines[-1].endswith("not number by number. They make up no lesson's, fix's or variant's pair, so there is no "
+                              "verdict to compare.")
 
 
 def test_the_drops_part_gives_each_experiments_fall_over_its_seeds():

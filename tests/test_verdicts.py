@@ -46,41 +46,46 @@ NEAR = {
                                             ({**UNGATED, "reward_low_after_peak": 0.69}, GATED),  # under half its peak
                                             (UNGATED, {**GATED, "reward_low_after_peak": 0.5})],  # not under half
 }
-# A without-run's numbers, about as recorded (EXPERIMENTS.md), one for each metric a fix is judged by
-TYPICAL = {"mean_signal_groups": 2.8, "late_resp_len_wrong": 21.4, "mean_truncated_frac": 0.22, "sampled_final": 0.40,
-           "drop": 0.80, "kl_bias": 0.19, "sampler_entropy": 3.5,
-           "think_half_step": 15, "distinct_final": 2.0,
-           "grad_limited_steps": 0.2}
+# A without-run's numbers, about as recorded (EXPERIMENTS.md), one for each number a fix or variant is judged by
+TYPICAL = {"mean_signal_groups": 2.8, "late_resp_len_wrong": 21.4, "late_resp_len": 18.0, "mean_truncated_frac": 0.22,
+           "sampled_final": 0.40, "final": 0.6, "eval_mean": 0.55, "drop": 0.80, "kl_bias": 0.19, "sampler_entropy": 3.5,
+           "entropy": 0.3, "entropy_peak_share": 0.7, "think_half_step": 15, "distinct_final": 2.0,
+           "grad_limited_steps": 0.2, "reward": 0.6, "mean_kl_exact": 0.05}
 
 
 JUDGED = dict(lessons.judged())  # every lesson, fix (fix_<item>) and variant (field_<method>), by its name
 
 
-def fix_pair(fix, gain):
-    """(without, with) for a fix: the with-run moves its metric the fix's way by `gain` times
-    its margin, every other number the same."""
-    key, (size, unit) = fix.metric, fix.margin
+def number_pair(number, gain):
+    """(without, with) for a number: the with-run moves it its way by `gain` times its margin, every other number
+    the same."""
+    key, (size, unit) = number.key, number.margin
     without = {k: TYPICAL.get(k, 0.5) for k in {key, *TYPICAL}}
     need = size * abs(without[key]) if unit == "relative" else size
-    return without, {**without, key: without[key] + gain * need * (1 if fix.side == "higher" else -1)}
+    return without, {**without, key: without[key] + gain * need * (1 if number.side == "higher" else -1)}
 
 
 def holding_pair(lesson):
     judged = JUDGED[lesson]
-    if isinstance(judged, lessons.Variant):  # a variant of the field: judged as the lesson or fix it stands beside
-        return holding_pair(judged.beside)
-    if isinstance(judged, lessons.Fix):
-        return fix_pair(judged, 1.1)
-    check = judged.check
+    check = getattr(judged, "rule", None) if isinstance(judged, lessons.Variant) else judged.check
+    if isinstance(judged, (lessons.Fix, lessons.Variant)) and check not in HOLDING:
+        return number_pair(judged.number, 1.1)  # moved by its margin, or (the 80/20 rule) not behind by it
     assert check in HOLDING, f"{lesson}: its rule {check.__name__} needs a hand-made pair in HOLDING and NEAR"
     return HOLDING[check]
 
 
 def near_pairs(lesson):
     judged = JUDGED[lesson]
-    if isinstance(judged, lessons.Variant):
-        return near_pairs(judged.beside)
-    return [fix_pair(judged, 0.9)] if isinstance(judged, lessons.Fix) else NEAR[judged.check]
+    check = getattr(judged, "rule", None) if isinstance(judged, lessons.Variant) else judged.check
+    if isinstance(judged, (lessons.Fix, lessons.Variant)) and check not in HOLDING:
+        return [number_pair(judged.number, -1.1 if keeps(judged) else 0.9)]
+    return NEAR[check]
+
+
+def keeps(judged):
+    """A method whose source claims it keeps what it is given (the 80/20 rule: the accuracy with 20% of the tokens):
+    its check holds where its number is not behind by the margin, equal runs included."""
+    return isinstance(judged, lessons.Variant) and judged.rule is not None and judged.rule not in HOLDING
 
 
 @pytest.mark.parametrize("lesson", list(JUDGED))
@@ -88,13 +93,17 @@ def test_a_lesson_holds_on_its_hand_made_pair_and_not_on_the_pair_reversed(lesso
     check = JUDGED[lesson].check
     broken, fixed = holding_pair(lesson)
     assert check(broken, fixed)
-    assert not check(fixed, broken)
+    if not keeps(JUDGED[lesson]):
+        assert not check(fixed, broken)
+    else:  # reversed, the method is behind by more than its margin
+        assert not check(*number_pair(JUDGED[lesson].number, -1.1))
 
 
-@pytest.mark.parametrize("lesson", list(JUDGED))
+@pytest.mark.parametrize("lesson", [n for n in JUDGED if not keeps(JUDGED[n])])
 def test_a_lesson_does_not_hold_on_identical_runs_nor_with_one_number_1_percent_off(lesson):
     """Two runs that differ by what two seeds of one run differ by prove nothing: not the same
-    summary twice, nor the same with any one of its numbers 1% higher or lower, either way round."""
+    summary twice, nor the same with any one of its numbers 1% higher or lower, either way round.
+    (Not for a method that claims to keep what it is given: equal runs are what it claims.)"""
     check = JUDGED[lesson].check
     for run in holding_pair(lesson):
         assert not check(run, dict(run))
@@ -127,12 +136,50 @@ def test_a_lesson_whose_run_lacks_a_number_names_it_or_does_not_read_it(lesson):
     assert report.judge(check, [{}, {}], names)[0] is False  # two empty metrics files
 
 
-def recorded_without(item):
-    """The number a fix is judged by, in its run without the fix, seeds 0, 1 and 2, as results.jsonl records
+# ------------------------------------------------------------------- every record names what it is judged by
+
+@pytest.mark.parametrize("name", list(JUDGED))
+def test_every_record_names_its_claim_source_mechanism_rival_and_costs_and_each_is_a_real_number(name):
+    """Each lesson, fix and variant states its source's claim (a sentence) and the source, the number its mechanism
+    acts on, at least one rival (an experiment of the same regime, judged by the same number), and its costs; every
+    key is one run_summary gives (EXPECTED below: by hand) and the pages can name (lessons.METRICS)."""
+    judged, summary_keys = JUDGED[name], {e[0] for e in EXPECTED}
+    record = judged.record
+    assert len(record.claim.split()) >= 8 and record.claim.rstrip()[-1] in ".!?", f"{name}: no claim in a sentence"
+    assert record.source and any(c.isdigit() or "." in c for c in record.source.split()), f"{name}: no source named"
+    mechanism = record.mechanism
+    assert isinstance(mechanism, lessons.Mechanism), f"{name}: no mechanism"
+    for key in (mechanism.key, mechanism.without_key or mechanism.key, judged.number.key, *record.costs):
+        assert key in summary_keys and key in lessons.METRICS, f"{name}: {key} is not a run_summary number it can name"
+    assert record.rivals, f"{name}: no rival"
+    for rival in record.rivals:
+        assert rival in lessons.EXPERIMENTS and rival not in judged.experiments, (name, rival)
+    assert set(record.costs) <= set(report.COST_NAMES), name
+
+
+@pytest.mark.parametrize("mechanism, quiet, acting", [
+    (lessons.above("x", 0), (1.0, 0.0), (1.0, 1e-6)),
+    (lessons.at_most("x", 0.01), (1.0, 0.02), (1.0, 0.01)),
+    (lessons.within("x", 0.1, 0.4), (1.0, 0.45), (1.0, 0.1)),
+    (lessons.below_without("x", 0.5), (10.0, 5.1), (10.0, 5.0)),
+    (lessons.above_without("x", 1.1), (2.0, 2.2), (2.0, 2.21))])
+def test_a_mechanism_acts_on_its_side_of_its_bound_and_not_a_hair_short_of_it(mechanism, quiet, acting):
+    assert not mechanism.test(*quiet) and mechanism.test(*acting)
+
+
+def test_a_number_sets_a_run_better_same_or_worse_than_a_rival_by_its_margin():
+    """Accuracy higher by 10 points: 0.65 against a rival's 0.5 is better, 0.55 the same, 0.35 worse; lengths lower
+    by 25% of the other run's: 15 against 20 is better (5 >= 5), 16 the same."""
+    acc, length = lessons.Number("final", "higher", (0.10, "points")), lessons.Number("x", "lower", (0.25, "relative"))
+    assert [acc.against({"final": 0.5}, {"final": v}) for v in (0.65, 0.55, 0.35)] == ["better", "same", "worse"]
+    assert [length.against({"x": 20.0}, {"x": v}) for v in (15.0, 16.0, 26.0)] == ["better", "same", "worse"]
+
+
+def recorded_without(judged):
+    """The number a fix or variant is judged by, in its run without it, seeds 0, 1 and 2, as results.jsonl records
     it (the runs EXPERIMENTS.md's tables are written from)."""
-    fix = lessons.FIXES[item]
-    runs = report.summaries_from_results(report.load_results()).get(fix.without, {})
-    return [runs[f"seed{s}"][fix.metric] for s in (0, 1, 2) if f"seed{s}" in runs]
+    runs = report.summaries_from_results(report.load_results()).get(judged.experiments[0], {})
+    return [runs[f"seed{s}"][judged.number.key] for s in (0, 1, 2) if f"seed{s}" in runs]
 
 
 def round_up(x, digits=2):
@@ -141,46 +188,32 @@ def round_up(x, digits=2):
     return math.ceil(round(x / scale, 9)) * scale
 
 
-@pytest.mark.parametrize("item", list(lessons.FIXES))
-def test_each_fix_asks_twice_the_spread_of_the_runs_without_it_and_says_so(item):
-    """The margin is not tuned until a fix passes: it is twice the std over seeds of the run without
-    it (relative margins: twice the std over the mean), rounded up to two digits, from the recorded
-    runs alone, and the claim gives it."""
-    size, unit = lessons.FIXES[item].margin
-    seeds = recorded_without(item)
-    assert len(seeds) == 3, f"{item}: results.jsonl records {len(seeds)} seeds of its run without the fix"
+@pytest.mark.parametrize("name", [n for n, j in JUDGED.items() if not isinstance(j, lessons.Lesson)
+                                  and getattr(j, "rule", None) not in HOLDING])
+def test_each_fix_and_variant_asks_twice_the_spread_of_the_runs_without_it_and_says_so(name):
+    """The margin is not tuned until a method passes: it is twice the std over seeds of the run without it (relative
+    margins: twice the std over the mean), rounded up to two digits, from the recorded runs alone, and the rule gives
+    it. (SAPO and GMPO are judged by lesson 1's rule, the lessons by their own.)"""
+    judged = JUDGED[name]
+    size, unit = judged.number.margin
+    seeds = recorded_without(judged)
+    assert len(seeds) == 3, f"{name}: results.jsonl records {len(seeds)} seeds of its run without it"
     spread = statistics.stdev(seeds) / (statistics.mean(seeds) if unit == "relative" else 1)
-    assert size == pytest.approx(round_up(2 * spread)), (item, size, 2 * spread)
-    assert lessons.margin_text(size, unit) in lessons.FIXES[item].claim
-
-
-@pytest.mark.parametrize("method", list(lessons.FIELD))
-def test_each_field_variant_is_judged_by_the_check_and_margin_of_the_chapters_answer_beside_it(method):
-    """A variant of the field (lessons.FIELD) is held to the very check of the lesson or fix it stands beside: the
-    same run without, the same number, moved the same way by the same margin (a fix's margin is twice its run
-    without's spread, test_each_fix_asks_twice_...; a lesson's, 15 points). Only its own run differs."""
-    variant = lessons.FIELD[method]
-    beside = JUDGED[variant.beside]  # the lesson or fix, by its name on the command line
-    assert isinstance(beside, (lessons.Lesson, lessons.Fix))
-    # the very check: the lesson's own function, or the fix's own method of that same fix (== : the same function
-    # bound to the same record)
-    assert variant.check == beside.check and variant.experiments == [beside.experiments[0], variant.run]
-    assert beside.claim in variant.claim
-    if isinstance(beside, lessons.Fix):
-        size, unit = beside.margin
-        assert lessons.margin_text(size, unit) in variant.claim
+    assert size == pytest.approx(round_up(2 * spread)), (name, size, 2 * spread)
+    assert lessons.margin_text(size, unit) in judged.number.text
 
 
 def test_the_field_table_says_not_run_yet_and_counts_seeds_where_runs_exist():
-    s = lambda v: {"grad_limited_steps": v}  # noqa: E731
-    summaries = {"lag_decoupled": {"seed0": s(0.4), "seed1": s(0.45)},
-                 "lag_decoupled_icepop": {"seed0": s(0.05), "seed1": s(0.4)}}
+    s = lambda v, masked=0.01: {"grad_limited_steps": v, "mean_is_masked_frac": masked, "minutes": 1.0}  # noqa: E731
+    summaries = {"lag_decoupled": {"seed0": s(0.4, None), "seed1": s(0.45, None)},
+                 "lag_decoupled_icepop": {"seed0": s(0.05), "seed1": s(0.4, 0.0)},
+                 "lag_decoupled_tis": {"seed0": s(0.05), "seed1": s(0.1)}}
     rows = {line.split(" | ")[0][2:]: line for line in report.field_table(summaries).splitlines()[2:]}
     assert set(rows) == set(lessons.FIELD)
-    assert "| 40% -> 5%, 45% -> 40% | 1 of 2 |" in rows["icepop"]  # 35 points down, then 5 (< 13)
-    assert rows["sapo"].endswith("| not run yet | - |") and "| instability (not run yet) |" in rows["sapo"]
-    assert "ends >= 10 above it with" in rows["sapo"]  # beside lesson 1: its rule's 10 points
-    assert "ends >= 15 above it with" in rows["k3_plus"]  # beside lesson 2: 15
+    cells = rows["icepop"].split(" | ")
+    assert cells[4:] == ["1 of 2", "steps whose gradient norm passed its limit (lower, by >= 13 points)", "40-45% -> 5-40%",
+                         "1 of 2", "lag_decoupled_tis: 1 same, 1 worse", "tokens masked 0.5%; time x1.00 |"]
+    assert "| not run yet |" in rows["sapo"] and rows["sapo"].endswith("| - | - | - |")
 
 
 def test_round_up_keeps_two_digits_upwards():
@@ -213,7 +246,14 @@ def hand_made_run():
                "adv_correct_corr": None if s <= 20 else 0.5 if s <= 60 else 1.0,
                "neg_ratio_above_3": 0.04 if s % 2 else 0.0, "neg_far_frac": 0.3 if s > 75 else 0.1,
                "neg_sampler_kl": -0.05 if s <= 50 else 0.15, "pg_k1": None if s <= 50 else 2.0,
-               "logratio_std_token": 0.4 if s <= 10 else 0.1}
+               "logratio_std_token": 0.4 if s <= 10 else 0.1,
+               # the mechanisms and costs (lessons.Record): means of the run, or of the steps that have one
+               "logratio_std_seq": 0.2 if s <= 10 else 0.05, "format_paid_wrong": 0.3 if s <= 50 else None,
+               "token_weight_spread": 1.0 if s % 2 else 3.0, "reward_overlong": -0.1 if s > 80 else 0.0,
+               "clip_frac_high": 0.005, "off_policy_masked_frac": 0.25 if s > 50 else None, "is_masked_frac": 0.04,
+               "rejected_frac": 0.1 if s <= 10 else 0.0, "is_weight_mean": 0.8 if s <= 50 else 0.9,
+               "low_entropy_frac": 0.8, "adv_to_centred": None if s <= 20 else 4 / 3,
+               "equal_groups_adv": 0.5 if s % 4 == 0 else 0.0, "kl_grad_bias": 0.3 if s <= 50 else 0.1}
         if s % 10 == 0:
             row.update(eval_acc=acc[s], eval_sampled_acc=sampled[s], eval_pass_at_k=0.95 if s == 100 else 0.9,
                        eval_distinct=3.0 - s / 80)
@@ -272,6 +312,27 @@ EXPECTED = [  # (run_summary key, value, how it is known)
     ("mean_neg_sampler_kl", 0.05, "over the run: 50 steps at -0.05, 50 at 0.15"),
     ("mean_pg_k1", 2.0, "over the steps that have one, 51-100"),
     ("early_logratio_std_token", 0.4, "the first 10 steps; the run's mean would be 0.13"),
+    ("early_logratio_std_seq", 0.2, "the first 10 steps"),
+    ("grad_norm_peak", 2.0, "the largest grad_norm_max of the run"),
+    ("kl_low", 0.45, "the lowest KL term a step: 0.45 on even steps"),
+    ("late_resp_len", 7.55, "steps 51-100: (5.1 + ... + 10.0) / 50"),
+    ("eval_mean", 0.575, "the evaluations after step 0: (0.5 + 0.8 + ... + 0.4) / 10"),
+    ("entropy_peak_share", 3.0 / 5.66, "entropy_peak over ln V"),
+    ("mean_sampler_gap", 0.02, "over the run"),
+    ("mean_format_paid_wrong", 0.3, "over the steps that have one, 1-50"),
+    ("mean_token_weight_spread", 2.0, "1 and 3 by turns"),
+    ("mean_reward_overlong", -0.02, "over the run: 20 steps at -0.1"),
+    ("mean_clip_frac", 0.012, "over the run: (90 * 0.01 + 10 * 0.03) / 100"),
+    ("mean_clip_frac_high", 0.005, "over the run"),
+    ("mean_off_policy_masked_frac", 0.25, "over the steps that have one, 51-100"),
+    ("mean_is_masked_frac", 0.04, "over the run"),
+    ("mean_rejected_frac", 0.01, "over the run: 10 steps at 0.1"),
+    ("mean_is_weight_mean", 0.85, "over the run: 50 steps at 0.8, 50 at 0.9"),
+    ("mean_low_entropy_frac", 0.8, "over the run"),
+    ("mean_adv_to_centred", 4 / 3, "over the steps that have one, 21-100"),
+    ("mean_equal_groups_adv", 0.125, "0.5 every fourth step"),
+    ("mean_kl_grad_bias", 0.2, "over the run: 50 steps at 0.3, 50 at 0.1"),
+    ("mean_kl_exact", 0.5, "over the run"),
 ]
 
 
@@ -291,7 +352,7 @@ def test_run_summary_gives_each_number_a_verdict_reads(key, value, how):
 
 def test_every_number_a_fix_is_judged_by_has_a_hand_made_answer():
     keys = {e[0] for e in EXPECTED}
-    assert {fix.metric for fix in lessons.FIXES.values()} <= keys
+    assert {judged.number.key for _, judged in lessons.judged()} <= keys
     assert {k for k, _, _ in report.COLUMNS} <= keys
     assert {key for fix in lessons.FIXES.values() for key, _ in fix.gates} <= keys  # the fixes table's gates
     assert {"grad_limited_steps", "mean_sampler_kl_k3", "eval_low", "final"} <= keys  # the stale negatives' table
@@ -326,7 +387,7 @@ def test_a_run_that_lacks_a_number_is_named_with_it_not_counted_and_the_table_go
     write_metrics(tmp_path / "book_kl_k3" / "seed0", run)
     text = report.table(str(tmp_path))
     fix = [line for line in text.splitlines() if line.startswith("| dynamic_sampling")]
-    assert len(fix) == 1 and fix[0].endswith("| 1 of 2; seed 1 not judged: ds4 has no mean_signal_groups |")
+    assert len(fix) == 1 and "| 1 of 2; seed 1 not judged: ds4 has no mean_signal_groups |" in fix[0]  # its mechanism
     assert "**runaway** (" in text and "held in 0 of 1 seeds (1 not judged: a number missing)" in text
     assert "| not judged: book_runaway has no sampled_peak |" in text
     assert "| not judged: book_kl has no peak |" in text
