@@ -38,9 +38,11 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import NamedTuple
 
@@ -51,6 +53,9 @@ import lessons
 import provenance
 import report
 import run_folders
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+COMMANDS = ("table", "check", "pages")  # names on the command line that are not experiments
 
 COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in one subplot, for at most 2 runs)
     # at most 4 experiments a figure, so that each curve can be followed
@@ -181,6 +186,20 @@ def train_flags(name, seed=None, extra=()):
                        extra)
 
 
+def own_steps(name):
+    """The steps an experiment runs unless --steps cuts it (COMMON's 100, or its own: the book's 500)."""
+    flags = train_flags(name)
+    return int(flags[flags.index("--steps") + 1])
+
+
+def folder_name(name, steps=None, label=""):
+    """An experiment's runs' folder: NAME, NAME+steps30 when --steps cuts it to other steps than its own, and
+    +LABEL after that for the runs of edited code (the files edited) or of --label: each its own folder, so that
+    no run is taken for another."""
+    cut = f"+steps{steps}" if steps and steps != own_steps(name) else ""
+    return f"{name}{cut}{'+' + label if label else ''}"
+
+
 def command(name, seed, runs_dir, extra=(), nproc=1, folder=None):
     """The command that starts one run: train.py with the experiment's flags, one CPU thread unless extra says
     otherwise, in runs_dir/FOLDER/seed<k> (FOLDER: the experiment's name, or NAME+LABEL)."""
@@ -208,7 +227,7 @@ class Run(NamedTuple):
     def title(self):
         """'default seed 0', 'default+grpo.py seed 0', 'default seed 0 (avx2)': how the progress lines name it."""
         rounding = f" ({self.rounding})" if self.rounding != "plain" else ""
-        return f"{self.name}{'+' * bool(self.label)}{self.label} seed {self.seed}{rounding}"
+        return f"{os.path.basename(os.path.dirname(self.folder))} seed {self.seed}{rounding}"
 
 
 def label_of(label=None):
@@ -231,7 +250,7 @@ def plan(names, seeds, runs_dir, steps=None, extra=(), nproc=1, roundings=("plai
     for rounding in roundings:
         threads = ["--threads", str(provenance.ROUNDINGS[rounding][0])]
         for name in names:
-            folder = f"{name}+{label}" if label else name
+            folder = folder_name(name, steps, label)
             for seed in seeds:
                 flags = [*threads, *extra, *(["--steps", str(steps)] if steps else [])]
                 cmd = command(name, seed, provenance.rounding_dir(runs_dir, rounding), flags, nproc, folder)
@@ -350,7 +369,7 @@ def run_suite(runs, jobs, rerun=False, nproc=1):
     states = [state(r) for r in runs]
     differing = [(r, d) for r, (s, d) in zip(runs, states) if s == "differs"]
     if differing and not rerun:
-        raise ValueError("\n".join(refusal(r, d) for r, d in differing))
+        raise ValueError("\n".join(refusals(differing)))
     progress = Progress(runs, states, jobs)
     pending = [(r, s) for r, s in zip(runs, states)]
     running = []  # (Popen, run, log file, what it was)
@@ -393,12 +412,28 @@ def stop(proc):
             pass
 
 
-def refusal(run, differ):
-    """The one line that refuses a folder holding a run of other flags or of other code."""
+def refusals(differing):
+    """One line for each experiment's folder that holds runs of other flags or of other code [(run, what
+    differs)]: a seed alone is named by its own folder, several seeds by the experiment's."""
+    groups = {}
+    for run, differ in differing:
+        groups.setdefault((os.path.dirname(run.folder), tuple(differ)), []).append(run)
+    return [refusal(runs, list(differ)) for (_, differ), runs in groups.items()]
+
+
+def refusal(runs, differ):
+    """The one line that refuses a folder holding a run of other flags or of other code (several seeds: the
+    experiment's folder)."""
     code = any(d.startswith("code: ") for d in differ)
     what = "of other code" if code and len(differ) == 1 else "of other code and flags" if code else "with other flags"
-    beside = ", --label NAME runs this code beside it" if code else ""
-    return f"{run.folder} holds a run {what} ({'; '.join(differ)}): --rerun moves it aside and runs it again{beside}"
+    if len(runs) == 1:
+        beside = ", --label NAME runs this code beside it" if code else ""
+        return (f"{runs[0].folder} holds a run {what} ({'; '.join(differ)}): --rerun moves it aside and runs it again"
+                f"{beside}")
+    seeds = ", ".join(str(r.seed) for r in runs)
+    beside = ", --label NAME runs this code beside them" if code else ""
+    return (f"{os.path.dirname(runs[0].folder)} holds runs {what} in seeds {seeds} ({'; '.join(differ)}): --rerun "
+            f"moves them aside and runs them again{beside}")
 
 
 def launch(run, what, detail, nproc, progress):
@@ -520,69 +555,152 @@ def read_quietly(path):
 
 # ---------------------------------------------------------------- figures and the record
 
-def figures(runs_dir, out_dir, names):
+def figures(runs_dir, out_dir, names, tag=""):
     """Draw each comparison that sets one of the experiments named beside another that has runs in runs_dir,
-    into out_dir/exp_<comparison>.png; if none does, one figure of the named experiments themselves (at most
-    4, exp_<first>_and_more.png) -> the paths drawn."""
-    found = lambda members: [n for n in members if run_folders.seed_folders(os.path.join(runs_dir, n))]  # noqa: E731
-    todo = {f"exp_{fig}.png": (found(members), metrics) for fig, (members, metrics) in COMPARISONS.items()
+    into out_dir/exp_<comparison><tag>.png (tag: +steps30 for runs cut to other steps, whose folders carry it
+    too); if none does, one figure of the named experiments themselves (at most 4) -> the paths drawn."""
+    found = lambda members: [n for n in members if run_folders.seed_folders(os.path.join(runs_dir, n + tag))]  # noqa
+    todo = {f"exp_{fig}{tag}.png": (found(members), metrics) for fig, (members, metrics) in COMPARISONS.items()
             if set(members) & set(names) and len(found(members)) >= 2}
     if not todo and found(names):
         own = found(names)[:4]
-        todo = {f"exp_{own[0]}{'_and_more' * (len(own) > 1)}.png": (own, "eval_acc,reward,entropy,resp_len")}
+        todo = {f"exp_{own[0]}{'_and_more' * (len(own) > 1)}{tag}.png": (own, "eval_acc,reward,entropy,resp_len")}
     drawn = []
     for png, (members, metrics) in todo.items():
         os.makedirs(out_dir, exist_ok=True)
         drawn.append(os.path.join(out_dir, png))
-        subprocess.run([sys.executable, "plot.py", *(os.path.join(runs_dir, n) for n in members), "--metrics",
-                        metrics, "--out", drawn[-1]], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "plot.py", *(os.path.join(runs_dir, n + tag) for n in members), "--metrics",
+                        metrics, "--out", drawn[-1], *(a for n in members for a in ("--label", n))], check=True,
+                       stdout=subprocess.DEVNULL)
     return drawn
 
 
-REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")  # shipped runs: reference/NAME/seed<k>
+# ---------------------------------------------------------------- the unmodified code's runs, beside a learner's
+
+def committed_experiments(root=ROOT):
+    """(EXPERIMENTS, COMMON) of lessons.py as the git commit holds it (a learner's uncommitted experiments left
+    out), or (None, None) outside a git checkout. lessons.py imports nothing of the project: its text runs alone."""
+    out = subprocess.run(["git", "show", "HEAD:lessons.py"], cwd=root, capture_output=True, text=True)
+    if out.returncode != 0:
+        return None, None
+    module = {}
+    exec(compile(out.stdout, "lessons.py (the commit's)", "exec"), module)  # noqa: S102 - the project's own file
+    return module["EXPERIMENTS"], module["COMMON"]
 
 
-def beside_figures(runs_dir, out_dir, names, label, edited):
-    """Each experiment's labelled runs (RUNS_DIR/NAME+LABEL) beside runs of the unmodified code: the seeds of
-    RUNS_DIR/NAME that ran a commit's code as it is, else the shipped reference runs (reference/NAME), into
-    out_dir/exp_NAME+LABEL.png, the figure saying where each came from -> the paths drawn."""
+def flag_pairs(flags):
+    """{--flag: (its values)} of a train.py flag list."""
+    return {name: tuple(values) for name, values in zip(*_flags_and_values(flags))}
+
+
+def _flags_and_values(flags):
+    names, values = [], []
+    for token in flags:
+        if token.startswith("--"):
+            names.append(token)
+            values.append([])
+        else:
+            values[-1].append(token)
+    return names, values
+
+
+def base_of(name, base=None, root=ROOT):
+    """The experiment of the commit that `name`'s runs are drawn beside: `name` itself where the commit holds it
+    with the same flags; --base when given; else the commit's experiment with the most flags that are all among
+    name's (min_p = default + --min-p 0.05: default). ValueError, one line, where there is none."""
+    committed, common = committed_experiments(root)
+    if committed is None:
+        raise ValueError(f"{name}: no git commit to draw the unmodified code from (this is not a git checkout)")
+    if base is not None:
+        if base not in committed:
+            raise ValueError(f"--base {base}: the commit has no such experiment; choose from {', '.join(committed)}")
+        return base
+    own = flag_pairs(train_flags(name))
+    if name in committed and flag_pairs(merge_flags(common, committed[name][0])) == own:
+        return name
+    inside = [(len(flags), n) for n, (flags, _) in committed.items()
+              if flag_pairs(merge_flags(common, flags)).items() <= own.items()]
+    if not inside:
+        raise ValueError(f"{name}: no experiment of the commit has flags that {name}'s all contain; name the one it "
+                         f"is built on: --base NAME (python experiments.py --list shows each)")
+    return max(inside)[1]
+
+
+def unmodified_runs(runs_dir, base, seeds, steps=None, rounding="plain"):
+    """The seed folders of base (at steps, in runs_dir) that ran the commit's code unedited, at its flags; the
+    seeds missing -> (folders, [seeds missing])."""
+    folder = os.path.join(provenance.rounding_dir(runs_dir, rounding), folder_name(base, steps))
+    commit = provenance.code_commit()
+    found, missing = [], []
+    for seed in seeds:
+        path = os.path.join(folder, f"seed{seed}")
+        config = read_config(path)
+        same = (config and (config.get("code") or {}).get("edited") == [] and config.get("commit") == commit
+                and last_step(path) >= plan([base], [seed], runs_dir, steps, roundings=[rounding])[0].args.steps)
+        (found if same else missing).append(path if same else seed)
+    return found, missing
+
+
+def read_config(folder):
+    path = os.path.join(folder, "config.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def make_unmodified(runs_dir, base, seeds, steps, jobs, rounding, extra):
+    """Run base's missing seeds from a clean copy of the commit (a scratch git worktree, removed after) into
+    runs_dir: the learner's working tree is not touched. A refusal of that suite (its folder holds other runs)
+    is a ValueError in its own words."""
+    scratch = tempfile.mkdtemp(prefix="unmodified-")
+    worktree = os.path.join(scratch, "commit")
+    subprocess.run(["git", "worktree", "add", "--detach", "-q", worktree, "HEAD"], cwd=ROOT, check=True,
+                   capture_output=True)
+    try:
+        cmd = [sys.executable, "experiments.py", base, "--seeds", ",".join(map(str, seeds)), "--jobs", str(jobs),
+               "--runs-dir", os.path.abspath(runs_dir), "--rounding", rounding,
+               *(["--steps", str(steps)] if steps else []), *(["--", *extra] if extra else [])]
+        print(f"{base}: seeds {', '.join(map(str, seeds))} of the unmodified code, from a clean copy of commit "
+              f"{provenance.code_commit()}: {' '.join(cmd[1:])}", flush=True)
+        out = subprocess.run(cmd, cwd=worktree, stderr=subprocess.PIPE, text=True)
+        if out.returncode != 0:
+            raise ValueError(f"the unmodified code's {base} runs could not be made: "
+                             f"{out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", worktree], cwd=ROOT, capture_output=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def beside_figures(runs_dir, out_dir, names, label, seeds, steps=None, rounding="plain", bases=None, jobs=1,
+                   extra=()):
+    """Each experiment's labelled runs (RUNS_DIR/NAME+LABEL, edited code or --label) beside the unmodified code's
+    runs of its base (base_of: itself, or the committed experiment a new one is built on) at the same steps and
+    seeds, made from a clean copy of the commit where they are missing, into out_dir/exp_NAME+LABEL@EDIT.png:
+    the edit's fingerprint in its name and title, so that two edits never share one -> the paths drawn."""
     drawn = []
     for name in names:
-        mine = run_folders.seed_folders(os.path.join(runs_dir, f"{name}+{label}"))
+        mine = run_folders.seed_folders(os.path.join(provenance.rounding_dir(runs_dir, rounding),
+                                                     folder_name(name, steps, label)))
         if not mine:
             continue
-        base, where = unmodified_runs(runs_dir, name)
-        ours = f"{name}, {provenance.edit_label(label.split('+')) if edited else label}"
-        if not base:
-            make = (f"`git stash`, `python experiments.py {name} --seeds ...`, `git stash pop`" if edited else
-                    f"`python experiments.py {name} --seeds ...` (without --label)")
-            print(f"no runs of {name}'s unmodified code to draw beside {ours}: {make}, then this command again")
-        metrics = next((m for members, m in COMPARISONS.values() if name in members), "eval_acc,reward,entropy,resp_len")
+        base = (bases or {}).get(name) or base_of(name)
+        base_runs, missing = unmodified_runs(runs_dir, base, seeds, steps, rounding)
+        if missing:
+            make_unmodified(runs_dir, base, missing, steps, jobs, rounding, extra)
+            base_runs, missing = unmodified_runs(runs_dir, base, seeds, steps, rounding)
+        code = (read_config(mine[0]) or {}).get("code") or {}
+        fingerprint = provenance.edit_fingerprint(code)
+        ours = f"{name}, {provenance.edit_label(code.get('edited') or [], fingerprint) or label}"
+        metrics = next((m for members, m in COMPARISONS.values() if base in members), "eval_acc,reward,entropy,resp_len")
         os.makedirs(out_dir, exist_ok=True)
-        drawn.append(os.path.join(out_dir, f"exp_{name}+{label}.png"))
-        labels = [x for f, x in ((base, name), (mine, ours)) if f]
-        note = "; ".join(filter(None, [where, f"{ours}: {seeds_text(mine)} of this code"]))
-        subprocess.run([sys.executable, "plot.py", *base, *mine, "--metrics", metrics, "--out", drawn[-1], "--note", note,
-                        *(a for x in labels for a in ("--label", x))], check=True, stdout=subprocess.DEVNULL)
+        drawn.append(os.path.join(out_dir, f"exp_{folder_name(name, steps, label)}{'@' + fingerprint if fingerprint else ''}.png"))
+        note = (f"{base}: {seeds_text(base_runs)} of commit {provenance.code_commit()}, unmodified; "
+                f"{ours}: {seeds_text(mine)}")
+        subprocess.run([sys.executable, "plot.py", *base_runs, *mine, "--metrics", metrics, "--out", drawn[-1],
+                        "--note", note, *(a for x in [base] * bool(base_runs) + [ours] for a in ("--label", x))],
+                       check=True, stdout=subprocess.DEVNULL)
     return drawn
-
-
-def unmodified_runs(runs_dir, name):
-    """(seed folders, where they came from) of an experiment's runs of a commit's code, unedited: the learner's
-    own in runs_dir/NAME, else the shipped reference/NAME; ([], '') without either."""
-    for folder, whose in ((os.path.join(runs_dir, name), "your runs"), (os.path.join(REFERENCE, name), "shipped runs")):
-        found = []
-        for seed in run_folders.seed_folders(folder):
-            with open(os.path.join(seed, "config.json")) as f:
-                config = json.load(f)
-            if (config.get("code") or {}).get("edited") == []:
-                found.append((seed, config))
-        if found:
-            commits = sorted({str(c.get("commit")) for _, c in found})
-            machines = sorted({str(c.get("machine")) for _, c in found})
-            return [f for f, _ in found], (f"{name}: {whose}, {seeds_text([f for f, _ in found])} of commit "
-                                           f"{', '.join(commits)} on {'; '.join(machines)}")
-    return [], ""
 
 
 def seeds_text(folders):
@@ -642,24 +760,29 @@ def main(args):
         for name, (_, what) in lessons.EXPERIMENTS.items():
             print(f"{name:21s} {what}\n{'':21s} python train.py {' '.join(train_flags(name))}")
         return
-    names = experiment_names([n for n in args.names if n not in ("table", "check")])
+    names = experiment_names([n for n in args.names if n not in COMMANDS])
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be >= 1, got {args.steps}")
     roundings = list(dict.fromkeys(x.strip() for x in args.rounding.split(",") if x.strip()))
     provenance.check_roundings(roundings)
     if names:
         label = label_of(args.label)
+        # the runs to draw beside the unmodified code's: of edited code, or of an experiment the commit does not hold
+        beside = [n for n in names if label or args.base or not committed_as_is(n)]
+        bases = {n: base_of(n, args.base) for n in beside}  # before anything runs: a new name without one is refused
         runs = plan(names, args.seeds, args.runs_dir, args.steps, args.extra, args.nproc, roundings, label)
         run_suite(runs, args.jobs, args.rerun, args.nproc)
+        tag = folder_name(names[0], args.steps)[len(names[0]):]  # +steps30 where --steps cuts the runs
         for rounding in roundings:
             runs_dir = provenance.rounding_dir(args.runs_dir, rounding)
             figures_dir = args.figures or os.path.join(runs_dir, "figures")
-            drawn = (beside_figures(runs_dir, figures_dir, names, label, args.label is None) if label
-                     else figures(runs_dir, figures_dir, names))
+            drawn = beside_figures(args.runs_dir, figures_dir, beside, label, args.seeds, args.steps, rounding, bases,
+                                   args.jobs, args.extra)
+            drawn += figures(runs_dir, figures_dir, [n for n in names if n not in beside], tag)
             print(f"figures: {', '.join(drawn) or 'none'}; the table: python experiments.py table"
                   + (f" --runs-dir {runs_dir}" if runs_dir != "runs/exp" else ""))
     if "table" in args.names:
-        print(report.table(args.runs_dir, list(lessons.EXPERIMENTS)))
+        print(report.table(args.runs_dir, folders(args.runs_dir)))
         if args.write:
             new = records_of(args.runs_dir, roundings)
             old = report.load_results(args.results) if os.path.exists(args.results) else []
@@ -667,11 +790,46 @@ def main(args):
             changed = report.write_pages(report.load_results(args.results))
             print(f"{args.results}: {len(new)} runs recorded from {args.runs_dir}; pages re-written: "
                   f"{', '.join(changed) or 'none changed'}")
+    if "pages" in args.names:
+        changed = report.write_pages(report.load_results(args.results))
+        print(f"pages written again from {args.results}, nothing recorded: {', '.join(changed) or 'none changed'}")
     if "check" in args.names:
         lines, _ = report.check_runs(report.load_results(args.results), args.runs_dir)
-        print("\n".join(lines) or f"no run of {args.results} in {args.runs_dir}")
+        print("\n".join(lines + learner_runs(args.runs_dir)) or f"no run of {args.results} in {args.runs_dir}")
         if any(" in results.jsonl" in line or ": DIFFERS (" in line for line in lines):
             raise SystemExit(1)
+
+
+def committed_as_is(name):
+    """True where the git commit holds the experiment with the same flags (and outside git: nothing to compare)."""
+    committed, common = committed_experiments()
+    return committed is None or (name in committed
+                                 and flag_pairs(merge_flags(common, committed[name][0])) == flag_pairs(train_flags(name)))
+
+
+def folders(runs_dir):
+    """The experiment folders in runs_dir: the experiments' own, in lessons.py's order, then the rest (a learner's
+    labelled, edited or cut runs, NAME+...), sorted."""
+    present = sorted(d for d in os.listdir(runs_dir) if run_folders.seed_folders(os.path.join(runs_dir, d))) \
+        if os.path.isdir(runs_dir) else []
+    return [n for n in lessons.EXPERIMENTS if n in present] + [n for n in present if n not in lessons.EXPERIMENTS]
+
+
+def learner_runs(runs_dir):
+    """One line for each folder of runs that results.jsonl cannot record: an experiment's runs of edited code or
+    under a --label (NAME+...), or of an experiment the commit does not hold; each says what it is."""
+    out = []
+    for folder in folders(runs_dir):
+        if folder in lessons.EXPERIMENTS and committed_as_is(folder):
+            continue
+        seeds = run_folders.seed_folders(os.path.join(runs_dir, folder))
+        code = (read_config(seeds[0]) or {}).get("code") or {}
+        edited = provenance.edit_label(code.get("edited") or [], provenance.edit_fingerprint(code))
+        what = edited or ("an experiment the commit does not hold" if folder.split("+")[0] not in
+                          (committed_experiments()[0] or lessons.EXPERIMENTS) else "cut or labelled runs")
+        out.append(f"{os.path.join(runs_dir, folder)}: {seeds_text(seeds)}, {what}. results.jsonl records a commit's "
+                   "experiments, unedited and whole, so nothing checks these.")
+    return out
 
 
 def split_extra(argv):
@@ -688,10 +846,11 @@ def get_parser():
     ap.add_argument("names", nargs="*", default=[],
                     help=f"experiments, lessons ({', '.join(lessons.LESSONS)}), "
                          f"a fix's pair (fix_<item>, e.g. fix_tis), a variant's (field_<method>, e.g. field_sapo), "
-                         f"groups ({', '.join(GROUPS)}); table: the runs' "
-                         "table; check: the runs against results.jsonl")
+                         f"groups ({', '.join(GROUPS)}); table: the runs' table; check: the runs against "
+                         "results.jsonl; pages: the pages' tables written again from results.jsonl, recording nothing")
     ap.add_argument("--seeds", type=parse_seeds, default=[0], help="comma-separated seeds, e.g. 0,1,2 (default: 0)")
-    ap.add_argument("--steps", type=int, default=None, help="cut every run to N steps (default: each experiment's)")
+    ap.add_argument("--steps", type=int, default=None, help="cut every run to N steps, into NAME+stepsN (default: each "
+                                                            "experiment's own, into NAME)")
     ap.add_argument("--jobs", type=int, default=1, help="runs side by side, one CPU thread each (default: 1)")
     ap.add_argument("--nproc", type=int, default=1, help="processes per run (torchrun; docs/performance.md)")
     ap.add_argument("--runs-dir", default="runs/exp", help="where the run folders go, NAME/seed<k>/ (default: runs/exp)")
@@ -703,6 +862,9 @@ def get_parser():
     ap.add_argument("--label", default=None,
                     help="runs go to RUNS_DIR/NAME+LABEL and are drawn beside NAME's own (default: the source files "
                          "edited since the git commit, if any, as in default+grpo.py)")
+    ap.add_argument("--base", default=None, metavar="NAME",
+                    help="the experiment of the git commit that runs of a new experiment are drawn beside (default: "
+                         "the one whose flags the new one's all contain)")
     ap.add_argument("--rerun", action="store_true",
                     help="a folder that holds a run with other flags is moved aside and run again (default: refused)")
     ap.add_argument("--write", action="store_true",
@@ -724,7 +886,7 @@ if __name__ == "__main__":
                    "experiments.py (--help lists them)\n"))
     args.extra = extra
     if not (args.names or args.list):
-        ap.error("name an experiment, a lesson, a group (all, lessons, fixes), table, check, or --list")
+        ap.error("name an experiment, a lesson, a group (all, lessons, fixes), table, check, pages, or --list")
     if args.jobs < 1 or args.nproc < 1:
         ap.error("--jobs and --nproc must be >= 1")
     if args.write and "table" not in args.names:

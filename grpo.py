@@ -1,16 +1,19 @@
-"""laptop-grpo's GRPO: the chapter's step as the papers write it (`grpo_step_textbook`), the same step with
-each variant's switch (`grpo_step`), then each of its pieces in the order the step runs them.
+"""laptop-grpo's GRPO: the chapter's step as its scripts write it (`grpo_step_book`), GRPO's step as the papers
+write it (`grpo_step_paper`), the one step with every variant's switch that runs both (`grpo_step`), then each of its
+pieces in the order the step runs them.
 
     sample G answers per prompt (rollouts.py) -> rewards (rewards.py) -> group advantages
     -> log-probs of pi_theta, pi_old, pi_ref (logprobs.py) -> clipped ratio (+ KL) -> mean -> update
 
-    python train.py --clip 0.2 --kl 0.0      # config.GRPOConfig's fields are the flags; --help lists them
+    python train.py --recipe book             # the chapter's step (grpo_step_book), as its scripts run it
+    python train.py --clip 0.2 --kl 0.0       # the papers' (grpo_step_paper); config.GRPOConfig's fields are the flags
 
-Sections 1-4 are the chapter's GRPO; each variant is a flag on the one function that holds its idea
-(`--ratio-level` on `policy_ratio`, ...); those with a function of their own follow in section 5, and the
-field's later ones (SAPO, GMPO, IcePop, RLOO, ...) are field_methods.py's. One that is off costs nothing and
-logs nothing. What a step logs is stats.py's; under torchrun, distributed.py makes each normaliser global.
-Where this departs from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/):
+Sections 1-4 are GRPO; each variant is a flag on the one function that holds its idea (`--ratio-level` on
+`policy_ratio`, ...); those with a function of their own follow in section 5, and the field's later ones (SAPO,
+GMPO, IcePop, RLOO, ...) are field_methods.py's. One that is off costs nothing and logs nothing. What a step logs
+is stats.py's. The default flags run the papers' step (DeepSeekMath's GRPO, as TRL and verl run it), which departs
+from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/) four ways, each a flag
+that `--recipe book` sets:
 1. The learner scores at the sampler's temperature; the book samples at T 0.8 with top-p 0.9 and scores at
    T 1 over the whole vocabulary: `--learner-temperature 1`.
 2. Epochs reuse one rollout (`--mu`, `--minibatches`, as TRL and verl do); the book's inner epochs sample
@@ -19,8 +22,8 @@ Where this departs from the book's scripts (rasbt/reasoning-from-scratch, ch07/0
    `--ratio-level sequence --objective book`.
 4. The KL is k3 per token; the book's k1 on summed log-probs is `--kl-estimator k1 --kl-level sequence`.
    A reference model exists only when beta > 0, as in `7_5_plus_kl.py`.
-5. Log-probs come from kernels that never materialise an (N, V) log-softmax (logprobs.py; its textbook
-   `token_logprobs_reference`, which grpo_step_textbook uses, gives the same numbers).
+Log-probs come from kernels that never materialise an (N, V) log-softmax (logprobs.py); the two textbook steps use
+its `token_logprobs_reference`, which gives the same numbers.
 """
 import copy
 import math
@@ -31,16 +34,50 @@ import torch
 import field_methods
 import rewards
 from config import RECIPES, GRPOConfig  # noqa: F401 (grpo.GRPOConfig and grpo.RECIPES: the settings a step reads)
+# torchrun's part in a step: five helpers, each one named call below. In one process each is the plain formula
+# (unwrap: the policy; same_count: the minibatches; global_mean: sum / count; global_std: .std(); everywhere_finite:
+# the loss and the gradient norm are finite); under N ranks each makes its number the whole batch's (distributed.py).
 from distributed import everywhere_finite, global_mean, global_std, same_count, unwrap
 from logprobs import token_logprobs, token_logprobs_reference, vocab_logprobs
 from rollouts import lagged_batch, minibatch_rows, rollout, sample_batch
 from stats import StepStats, batch_stats, update_stats
 
 
-def grpo_step_textbook(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator):
-    """One step of the chapter's GRPO and nothing else, as the papers write it -> the last update's loss.
-    `grpo_step` below is this step with each variant's switch: at the default flags, and with --kl > 0,
-    the two leave the same weights and loss (tests/test_grpo_step.py::test_the_textbook_step_*)."""
+def grpo_step_book(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator):
+    """One step of the chapter's own GRPO, as its scripts write it (ch07/03_rlvr_grpo_scripts_advanced/
+    7_5_plus_kl.py: train_rlvr_grpo, compute_grpo_loss_plus_kl) -> the last update's loss. Each inner epoch samples
+    new answers from a copy of the policy frozen for the step; an answer's log-prob is summed over its tokens and
+    scored at temperature 1; the ratio of those sums is clipped in the book's torch.where form; the KL is k1 on
+    them. `grpo_step` under --recipe book leaves the same weights and loss (tests/test_grpo_step.py::test_the_book_*)."""
+    problems = [next_problems() for _ in range(n_prompts)]
+    pi_old = copy.deepcopy(policy).requires_grad_(False)  # frozen for the step: every inner epoch samples from it
+    for _ in range(cfg.mu):  # the book's inner epochs, each on answers of its own
+        batch = rollout(pi_old, enc, problems, cfg, generator)  # G answers a prompt, at T 0.8 and top-p 0.9
+        r = batch.rewards["total"].view(-1, cfg.group_size)  # (n_prompts, G)
+        A = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).view(-1)  # (B,) group-relative
+
+        def logp(model):  # (B,) each answer's log-prob, its tokens' summed, at temperature 1
+            return token_logprobs_reference(model, batch.tokens, batch.mask, batch.loss_mask, 1.0)[0].sum(1)
+        with torch.no_grad():  # pi_old and pi_ref (the warm start), fixed for the update
+            old_logp, ref_logp = logp(pi_old), logp(ref_policy) if cfg.kl > 0 else None
+        new_logp = logp(policy)  # pi_theta's sums, with gradient
+        ratio = torch.exp(new_logp - old_logp)  # (B,) a whole answer's ratio
+        unclipped, clipped = ratio * A, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * A  # the book's eps: 10
+        loss = -torch.where(A >= 0, torch.minimum(unclipped, clipped), torch.maximum(unclipped, clipped)).mean()
+        if cfg.kl > 0:  # k1 on the sums: beta * mean(log pi - log pi_ref)
+            loss = loss + cfg.kl * (new_logp - ref_logp).mean()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)  # the gradient-norm limit
+        opt.step()
+    return loss
+
+
+def grpo_step_paper(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator):
+    """One step of GRPO as the papers write it (DeepSeekMath, arXiv 2402.03300, as TRL and verl run it) -> the
+    last update's loss: mu updates on one batch, each token's ratio to the policy that sampled it clipped, k3 per
+    token. At the default flags, and with --kl > 0, `grpo_step` leaves the same weights and loss
+    (tests/test_grpo_step.py::test_the_papers_step_*)."""
     batch = rollout(policy, enc, [next_problems() for _ in range(n_prompts)], cfg, generator)  # G answers a prompt
     r = batch.rewards["total"].view(-1, cfg.group_size)  # (n_prompts, G)
     A = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).view(-1, 1)  # (B, 1) group-relative
@@ -78,24 +115,24 @@ def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, g
     --minibatches splits each epoch; the statistics are stats.py's. policy_ddp: under torchrun the policy
     wrapped in DDP (distributed.wrap), whose backward averages the gradients over the ranks; else itself.
     """
-    policy = unwrap(policy_ddp)  # sampling and the no-grad passes need no gradient all-reduce
-    pi_old = copy.deepcopy(policy).requires_grad_(False) if cfg.resample_epochs and cfg.mu > 1 else policy
+    policy = unwrap(policy_ddp)  # sampling and the no-grad passes need no gradient all-reduce (distributed.py)
+    frozen = copy.deepcopy(policy).requires_grad_(False) if cfg.resample_epochs and cfg.mu > 1 else None  # the book's
     stats = StepStats(policy.lm_head_weight.device)
     first_batch, zero_std = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
     first_batch, zero_std = stale_batch(policy, first_batch, zero_std, lagged, cfg, stats)  # --rollout-lag K
     for epoch in range(cfg.mu):
-        if epoch == 0 or cfg.resample_epochs:  # a new batch (the book's inner epochs: new answers from pi_old)
-            batch = first_batch if epoch == 0 else rollout(pi_old, enc, first_batch.problems[::cfg.group_size],
+        if epoch == 0 or cfg.resample_epochs:  # a new batch (the book's inner epochs: new answers from the frozen copy)
+            batch = first_batch if epoch == 0 else rollout(frozen, enc, first_batch.problems[::cfg.group_size],
                                                            cfg, generator)
             adv = advantages(batch, cfg)  # (B,)
             loss_mask = batch.loss_mask & ~batch.truncated[:, None] if cfg.mask_truncated else batch.loss_mask
             minibatches = same_count(minibatch_rows(len(adv), cfg.group_size, cfg.minibatches))  # K tensors of rows
             ref_logp = logprobs_no_grad(ref_policy, batch, loss_mask, cfg) if cfg.kl > 0 else None  # (B, T)
-            old_logp = old_logprobs(pi_old, batch, loss_mask, cfg, epoch == 0 and len(minibatches) == 1)  # (B, T)
+            old_logp = old_logprobs(policy, frozen, batch, loss_mask, cfg, epoch == 0 and len(minibatches) == 1)
         for rows in minibatches:
             stats.next_update()
             logp, entropy = batch_logprobs(policy_ddp, batch, rows, loss_mask, cfg)  # pi_theta (b, T), with gradient
-            old_logp = logp.detach() if old_logp is PI_THETA_ITSELF else old_logp  # (B, T): the first update's own
+            old_logp = logp.detach() if old_logp is None else old_logp  # (B, T): None, the first update's own (ratio 1)
             old, ref = old_logp[rows], None if ref_logp is None else ref_logp[rows]  # (b, T) pi_old, pi_ref
             loss = grpo_loss(logp, old, ref, adv[rows], loss_mask[rows], cfg, entropy, batch.sampler_logp[rows])
             kl_exact = exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg)  # --exact-kl: what the KL estimates
@@ -159,17 +196,18 @@ def logprobs_no_grad(model, batch, loss_mask, cfg):
     return batch_logprobs(model, batch, torch.arange(batch.tokens.shape[0]), loss_mask, cfg)[0]
 
 
-PI_THETA_ITSELF = "pi_old's log-probs are the first update's own"  # old_logprobs' answer where no pass is needed
-
-
-def old_logprobs(pi_old, batch, loss_mask, cfg, first_update_sees_every_row):
-    """(B, T) pi_old's log-probs of a batch, fixed for its updates, or PI_THETA_ITSELF: until the first update
-    steps the policy *is* pi_old, so an update that sees every row gets them from its own forward, detached, at
-    ratio exactly 1 (grpo_step_textbook makes the second pass this saves). --rollout-lag: the policy that sampled
-    (--lag-pi-old sampler, scored then: `stale_batch`), or the learner as the step finds it (decoupled PPO)."""
+def old_logprobs(policy, frozen, batch, loss_mask, cfg, first_update_sees_every_row):
+    """(B, T) pi_old's log-probs of a batch, fixed for its updates: the policy's before the batch's first update (or
+    the book's frozen copy's, when there is one: the step's first weights). None where that first update sees every
+    row: until it steps, the policy *is* pi_old, so grpo_step takes them off that update's own forward, detached,
+    at ratio exactly 1, and saves this pass (grpo_step_paper makes it: 10-16% of a default step). --rollout-lag:
+    the policy that sampled (--lag-pi-old sampler, scored then: `stale_batch`), or the learner as the step finds it
+    (decoupled PPO)."""
     if cfg.rollout_lag and cfg.lag_pi_old == "sampler":
         return batch.pi_old_logp
-    return PI_THETA_ITSELF if first_update_sees_every_row else logprobs_no_grad(pi_old, batch, loss_mask, cfg)
+    if first_update_sees_every_row:
+        return None
+    return logprobs_no_grad(policy if frozen is None else frozen, batch, loss_mask, cfg)
 
 
 def learner_temperature(cfg):
@@ -196,18 +234,32 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
     """The GRPO loss, to be minimised, on (B, T) token log-probs -> Loss:
         loss = -mean( clipped(pi / pi_old) * A )  +  beta * mean( KL(pi || pi_ref) )  [- alpha * mean(entropy)]
     loss_mask (B, T) marks the completion tokens; adv (B,); entropy (B, T) is for the entropy bonus; sampler_logp
-    (B, T), what the sampler drew each token with, for the off-policy corrections (section 5)."""
-    beta, alpha = cfg.kl, cfg.entropy_coef  # the flags --kl and --entropy-coef
-    kept, dropped = None, {}
-    if cfg.rejection:  # verl's rollout_rs: tokens, or whole answers, too far from their sampler leave the mask
-        keep = field_methods.rejection_keep(old_logp, sampler_logp, loss_mask, cfg.rejection, cfg.rejection_bound)
-        loss_mask, dropped["rejected_frac"] = loss_mask & keep, loss_mask & ~keep
-    if math.isfinite(cfg.off_policy_mask):  # DeepSeek-V3.2: drop negative answers far off the sampler
-        kept = off_policy_keep(logp, sampler_logp, adv, loss_mask, cfg.off_policy_mask)  # (B,)
-        adv = adv * kept
-    eps_low, eps_high = cfg.clip_range  # the ratio is clipped to [1 - eps_low, 1 + eps_high]
+    (B, T), what the sampler drew each token with, for the off-policy corrections. The variants that drop tokens
+    or answers before the objective, and those that change its terms after, are section 5's, off by default."""
+    loss_mask, adv, kept, dropped = drop_before_the_objective(logp, old_logp, sampler_logp, adv, loss_mask, cfg)
     A = adv[:, None]  # (B, 1): every token of a completion shares its advantage
     ratio = policy_ratio(logp, old_logp, loss_mask, cfg.ratio_level)  # (B, T) or (B, 1)
+    surrogate, low, high, weights = objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg, dropped)
+    surrogate, bonus_mask = change_after_the_objective(surrogate, logp, old_logp, A, entropy, loss_mask, cfg, dropped)
+    loss = aggregate(-surrogate.expand_as(logp), loss_mask, cfg.loss_agg, cfg.max_new_tokens)
+    terms = {"pg_loss": loss}
+    if cfg.kl > 0:  # beta, --kl
+        kl = kl_penalty(logp, ref_logp, loss_mask, cfg.kl_estimator, cfg.kl_level,
+                        old_logp if cfg.kl_reweight else None)  # (B, T) or (B, 1)
+        terms["kl"] = aggregate(kl, loss_mask, cfg.loss_agg, cfg.max_new_tokens)
+        loss = loss + cfg.kl * terms["kl"]
+    if cfg.entropy_coef != 0:  # alpha, --entropy-coef: an entropy bonus (TRL's entropy_coef, verl's entropy_coeff)
+        terms["entropy_bonus"] = aggregate(entropy, bonus_mask, cfg.loss_agg, cfg.max_new_tokens)
+        loss = loss - cfg.entropy_coef * terms["entropy_bonus"]
+    terms["loss"] = loss
+    return Loss(loss, terms, ratio, low, high, kept, dropped, weights, token_weights(loss_mask, cfg.loss_agg))
+
+
+def objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg, dropped):
+    """The clipped objective, to be maximised -> (surrogate, low, high, weights): PPO's clip (--objective ppo, the
+    default), the book's, CISPO's or a field method's, times --tis-cap's importance weights where they are on
+    (weights; IcePop's masked tokens go into dropped). low / high: where the clip binds, below 1 and above."""
+    eps_low, eps_high = cfg.clip_range  # the ratio is clipped to [1 - eps_low, 1 + eps_high]
     weights = tis_weights(old_logp, sampler_logp, cfg.tis_cap, loss_mask, cfg) if cfg.tis_cap > 0 else None
     if cfg.tis_cap > 0 and cfg.tis_mode.endswith("mask"):  # IcePop, MIS: the tokens whose weight was set to 0
         dropped["is_masked_frac"] = loss_mask & (weights == 0)
@@ -222,24 +274,7 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
                                                                 weights)
     if weights is not None:  # importance sampling towards the learner (VESPO's: its Gamma weight of each answer)
         surrogate = surrogate * weights  # (B, T), or (B, 1) with --tis-mode sequence_*, GMPO and VESPO
-    if cfg.kl_cov > 0:  # KL-Cov: hold back the few tokens that drive the entropy down
-        surrogate = surrogate - field_methods.kl_cov_penalty(logp, old_logp, A, loss_mask, cfg.kl_cov)  # (B, T)
-    bonus_mask = loss_mask  # the tokens the entropy bonus reads: all, or (as TRL's) the 80/20 rule's
-    if cfg.top_entropy_quantile < 1:  # the 80/20 rule: the policy gradient on the high-entropy tokens alone
-        bonus_mask = field_methods.high_entropy_mask(entropy.detach(), loss_mask, cfg.top_entropy_quantile)  # (B, T)
-        surrogate, dropped["low_entropy_frac"] = surrogate * bonus_mask, loss_mask & ~bonus_mask
-    loss = aggregate(-surrogate.expand_as(logp), loss_mask, cfg.loss_agg, cfg.max_new_tokens)
-    terms = {"pg_loss": loss}
-    if beta > 0:
-        kl = kl_penalty(logp, ref_logp, loss_mask, cfg.kl_estimator, cfg.kl_level,
-                        old_logp if cfg.kl_reweight else None)  # (B, T) or (B, 1)
-        terms["kl"] = aggregate(kl, loss_mask, cfg.loss_agg, cfg.max_new_tokens)
-        loss = loss + beta * terms["kl"]
-    if alpha != 0:  # entropy bonus (TRL's entropy_coef, verl's entropy_coeff): keep exploring
-        terms["entropy_bonus"] = aggregate(entropy, bonus_mask, cfg.loss_agg, cfg.max_new_tokens)
-        loss = loss - alpha * terms["entropy_bonus"]
-    terms["loss"] = loss
-    return Loss(loss, terms, ratio, low, high, kept, dropped, weights, token_weights(loss_mask, cfg.loss_agg))
+    return surrogate, low, high, weights
 
 
 def policy_ratio(logp, old_logp, mask, level="token"):
@@ -313,7 +348,7 @@ def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=Non
 
 
 def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
-    """Reduce a (B, T) per-token loss over the completion tokens (mask) to a scalar (over every rank's rows):
+    """Reduce a (B, T) per-token loss over the completion tokens (mask) to a scalar:
     seq_mean:   each answer's mean over its tokens, then their mean (GRPO): a short answer's token weighs more;
     token_mean: sum over all tokens / their number (DAPO): every token weighs the same;
     constant:   sum over all tokens / (B * max_len) (Dr. GRPO): length carries no bias into the gradient;
@@ -322,12 +357,14 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
     seq_mean; the others would count it once a token, and cli.py refuses them."""
     mask = mask.to(token_loss.dtype)
     if mode == "seq_mean":
-        return global_mean(sequence_mean(token_loss, mask).sum(), mask.shape[0])
-    if mode == "token_mean":
-        return global_mean((token_loss * mask).sum(), mask.sum())
-    if mode == "constant":
-        return global_mean((token_loss * mask).sum(), mask.shape[0] * max_len)
-    return field_methods.aggregate(token_loss, mask, mode)  # bnpo, luspo (an unknown name is a ValueError there)
+        total, count = sequence_mean(token_loss, mask).sum(), mask.shape[0]
+    elif mode == "token_mean":
+        total, count = (token_loss * mask).sum(), mask.sum()
+    elif mode == "constant":
+        total, count = (token_loss * mask).sum(), mask.shape[0] * max_len
+    else:
+        return field_methods.aggregate(token_loss, mask, mode)  # bnpo, luspo (an unknown name is a ValueError there)
+    return global_mean(total, count)  # total / count; under torchrun over every rank's rows (distributed.py)
 
 
 def token_weights(mask, mode="seq_mean"):
@@ -389,6 +426,34 @@ def cispo_objective(ratio, adv, logp, eps_low, eps_high):
     surr = ratio.clamp(1 - eps_low, 1 + eps_high).detach() * adv * logp
     low, high = (ratio < 1 - eps_low).expand_as(surr), (ratio > 1 + eps_high).expand_as(surr)
     return surr, low, high
+
+
+def drop_before_the_objective(logp, old_logp, sampler_logp, adv, loss_mask, cfg):
+    """The corrections that take tokens or answers out before the objective sees them -> (loss_mask, adv, kept,
+    dropped): --rejection (verl's rollout_rs: tokens, or whole answers, too far from their sampler leave the mask)
+    and --off-policy-mask (DeepSeek-V3.2: negative answers far off the sampler get A = 0; kept (B,), else None).
+    dropped: name -> (B, T) bool, what a mask took out, for the log. Both off: the inputs as they are."""
+    kept, dropped = None, {}
+    if cfg.rejection:
+        keep = field_methods.rejection_keep(old_logp, sampler_logp, loss_mask, cfg.rejection, cfg.rejection_bound)
+        loss_mask, dropped["rejected_frac"] = loss_mask & keep, loss_mask & ~keep
+    if math.isfinite(cfg.off_policy_mask):
+        kept = off_policy_keep(logp, sampler_logp, adv, loss_mask, cfg.off_policy_mask)  # (B,)
+        adv = adv * kept
+    return loss_mask, adv, kept, dropped
+
+
+def change_after_the_objective(surrogate, logp, old_logp, A, entropy, loss_mask, cfg, dropped):
+    """The variants that change the objective's terms token by token -> (surrogate, the tokens the entropy bonus
+    reads): KL-Cov (Cui et al.: the few tokens that drive the entropy down held back) and the 80/20 rule (the
+    policy gradient on the high-entropy tokens alone, and, as TRL's, the entropy bonus too). Both off: as they are."""
+    bonus_mask = loss_mask
+    if cfg.kl_cov > 0:
+        surrogate = surrogate - field_methods.kl_cov_penalty(logp, old_logp, A, loss_mask, cfg.kl_cov)  # (B, T)
+    if cfg.top_entropy_quantile < 1:
+        bonus_mask = field_methods.high_entropy_mask(entropy.detach(), loss_mask, cfg.top_entropy_quantile)  # (B, T)
+        surrogate, dropped["low_entropy_frac"] = surrogate * bonus_mask, loss_mask & ~bonus_mask
+    return surrogate, bonus_mask
 
 
 def stale_batch(policy, batch, zero_std, lagged, cfg, stats):

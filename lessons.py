@@ -432,7 +432,7 @@ K3 = Record(
     claim="We estimate the KL divergence with the following unbiased estimator (Schulman, 2020), which is guaranteed "
           "to be positive.",
     source="DeepSeekMath, arXiv 2402.03300, sec. 4.1.1 (k3 per token); the book blames the sum over tokens (7.5)",
-    mechanism=Mechanism("kl_low", "at least 0 (k1 on sums goes below)", lambda without, with_: with_ >= 0),
+    mechanism=Mechanism("kl_low", "at least 0", lambda without, with_: with_ >= 0),
     rivals=["book_nokl", "book_kl_beta002"], costs=[])
 LESSONS = {
     "instability": Lesson(["book_noclip", "book_ppo_clip"], falls_and_trails,

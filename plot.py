@@ -406,15 +406,27 @@ def panel_title(keys):
     return words[0] if len(words) == 1 else ", ".join(f"{w} ({ls})" for w, ls in zip(words, ["solid", "dashed", "dotted"]))
 
 
-def output_paths(groups, out, first_run):
-    """Group name -> PNG path: <first run>/plot_<g>.png, or X.png / X_<g>.png for --out X."""
+def output_paths(groups, out, runs):
+    """Group name -> PNG path: X.png / X_<g>.png for --out X; one run's figures in its folder, <run>/plot_<g>.png;
+    several runs' in runs/compare/A_vs_B_<g>.png, named after them, never in a run's folder."""
+    if out is None and len(runs) == 1:
+        return {g: os.path.join(runs[0], f"plot_{g}.png") for g in groups}
     if out is None:
-        return {g: os.path.join(first_run, f"plot_{g}.png") for g in groups}
+        names = [run_name(r) for r in runs]
+        names = names if len(names) <= 4 else names[:3] + [f"{len(names) - 3}_more"]
+        out = os.path.join("runs", "compare", "_vs_".join(names) + ".png")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
     stem, ext = os.path.splitext(out)
     ext = ext or ".png"
     if len(groups) == 1:
         return {groups[0]: stem + ext}
     return {g: f"{stem}_{g}{ext}" for g in groups}
+
+
+def run_name(folder):
+    """A run folder's name in a file name: its own (default), or its experiment's and its seed (default-seed0)."""
+    parent, base = os.path.split(os.path.normpath(os.path.abspath(folder)))
+    return f"{os.path.basename(parent)}-{base}" if re.fullmatch(r"seed\d+", base) else base
 
 
 def split_list(s):
@@ -498,7 +510,7 @@ def main(args):
                       and (g != "sampler" or has_data(runs, "sampler_entropy"))
                       and (g != "runaway" or has_data(runs, "pg_k1"))]
         groups = {g: PANELS[g] for g in chosen}
-    paths = output_paths(list(groups), args.out, args.runs[0])
+    paths = output_paths(list(groups), args.out, args.runs)
     written = []
     for g, subplots in groups.items():
         written.append(make_figure(runs, subplots, args.smooth, f"{g}: {title}", paths[g]))
@@ -537,7 +549,8 @@ def build_parser():
                         "(e.g. reward,entropy,eval_acc); overrides --panels")
     p.add_argument("--out", default=None,
                    help="output PNG; with several panel groups X.png becomes X_<group>.png; "
-                        "None writes <first RUN>/plot_<group>.png")
+                        "None writes one RUN's into RUN/plot_<group>.png, several RUNs' into "
+                        "runs/compare/A_vs_B_<group>.png")
     p.add_argument("--band", action="store_true",
                    help="draw all RUNs as seeds of one experiment: their mean, in a min..max band")
     p.add_argument("--samples", action="store_true",

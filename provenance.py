@@ -130,9 +130,20 @@ def changes_text(changed):
     return f"{', '.join(changed)} changed since it ran"
 
 
-def edit_label(edited):
-    """How the pages and figures name a run of edited code: 'grpo.py edited', 'grpo.py, rewards.py edited'."""
-    return f"{', '.join(edited)} edited" if edited else ""
+def edit_label(edited, fingerprint=""):
+    """How the pages and figures name a run of edited code: 'grpo.py edited', 'grpo.py, rewards.py edited (edit
+    1a2b3c)' with its fingerprint."""
+    return (f"{', '.join(edited)} edited" + (f" (edit {fingerprint})" if fingerprint else "")) if edited else ""
+
+
+def edit_fingerprint(code):
+    """Six hex digits that tell one edit from another: a hash of the edited files' hashes in a code_record (a
+    config.json's "code"); '' for unedited code or a run older than the record."""
+    edited = (code or {}).get("edited") or []
+    if not edited:
+        return ""
+    text = "".join(f"{path}={code['files'].get(path)};" for path in edited)
+    return hashlib.sha256(text.encode()).hexdigest()[:6]
 
 
 def code_commit(root=ROOT):

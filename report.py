@@ -224,11 +224,16 @@ COLUMNS = [("start", "eval start", "{:.1%}"), ("final", "final", "{:.1%}"), ("pe
 
 
 def table(runs_dir, names=None):
-    """Markdown of the runs in runs_dir: one row per experiment, mean ± std over its seeds; then
-    the fixes, and each lesson seed by seed."""
+    """Markdown of the runs in runs_dir (names: their folders, a learner's labelled or edited ones too): one row
+    per folder, mean ± std over its seeds; then the fixes and the field's variants that have runs there, each
+    lesson seed by seed, and one line for the fixes and variants not run here."""
     summaries = summaries_from_runs(runs_dir, names)
-    parts = [experiments_table(summaries), fixes_table(summaries), field_table(summaries)]
+    parts = [experiments_table(summaries), fixes_table(summaries), field_table(summaries, only_run=True)]
     parts += [lesson_table(lesson, summaries) for lesson in lessons.LESSONS]
+    unrun = [n for n, j in [*lessons.FIXES.items(), *lessons.FIELD.items()] if not seeds_of(summaries, j.experiments)]
+    if unrun:
+        parts.append(f"{len(unrun)} more fixes and variants, not run here: EXPERIMENTS.md has each "
+                     "(python experiments.py fixes, field).")
     return "\n\n".join(part for part in parts if part)  # a part without runs leaves no blank lines
 
 
@@ -357,7 +362,7 @@ def fixes_table(summaries):
     return "\n".join(out) if len(out) > 2 else ""
 
 
-def field_table(summaries):
+def field_table(summaries, only_run=False):
     """The field's variants (lessons.FIELD), one row each, in the regime where the failure each answers lives: its
     mechanism and in how many seeds it acted, its number (without -> with) and in how many seeds it held, beside its
     rival, its cost; "not run yet" where its runs are not there."""
@@ -366,6 +371,8 @@ def field_table(summaries):
     for method, variant in lessons.FIELD.items():
         j = judgement(variant, summaries)
         number, values = number_cells(variant, j)
+        if not j.seeds and only_run:
+            continue
         if not j.seeds:
             out.append(f"| {method} | {variant.what} | {variant.regime} | {lessons.METRICS[variant.record.mechanism.key]} "
                        f"| - | {number} | not run yet | - | - | - |")
@@ -373,7 +380,7 @@ def field_table(summaries):
         out.append(f"| {method} | {variant.what} | {variant.regime} | {mechanism_cell(variant, j)} | "
                    f"{counted(j.mechanism, j.seeds)} | {number} | {values} | {counted(j.outcome, j.seeds)} | "
                    f"{'; '.join(rival_text(r, v) for r, v in j.rivals.items())} | {cost_text(j) or '-'} |")
-    return "\n".join(out)
+    return "\n".join(out) if len(out) > 2 else ""
 
 
 def claims_table():
@@ -688,7 +695,11 @@ def span(values, fmt):
     if not values:
         return "-"
     lo, hi = fmt(min(values)), fmt(max(values))
-    return lo if lo == hi else f"{lo.rstrip('%')}-{hi}" if lo.endswith("%") and hi.endswith("%") else f"{lo}-{hi}"
+    if lo == hi:
+        return lo
+    if hi.startswith("-"):  # both below 0: a dash between would read as a minus
+        return f"{lo} to {hi}"
+    return f"{lo.rstrip('%')}-{hi}" if lo.endswith("%") and hi.endswith("%") else f"{lo}-{hi}"
 
 
 def percent(x):

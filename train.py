@@ -60,82 +60,102 @@ PASS_AT_K_SEED = 104729  # --eval-pass-k: K answers a problem, the same on every
 
 def main(args):
     t_start = time.time()
-    device = distributed.init(cli.resolve_device(args.device))  # under torchrun: join the other ranks
-    rank, n_ranks = distributed.rank(), distributed.world()
+    device = distributed.init(cli.resolve_device(args.device))  # torchrun: join the other ranks (distributed.py)
+    rank, n_ranks = distributed.rank(), distributed.world()  # this process's rank, of how many; one process: 0 of 1
     log = print if rank == 0 else (lambda *a, **k: None)  # one copy of every line, not N
     args, run_dir, start_step, state = cli.start_run(args)  # checked; with --resume, the run's saved flags
     cfg = cli.grpo_config(args)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    policy, enc, init_ckpt = cli.load_policy(args, device)
-    # before the run folder: a bad data file, or a cap the model cannot hold, leaves nothing
-    pool, evalset = cli.task_sets(args, enc, init_ckpt, log, getattr(policy.cfg, "max_seq_len", None))
-    # a frozen copy of the warm start; none at all when beta = 0
-    ref_policy = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.kl > 0 else None
-    opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-    if state is not None:
-        policy.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
+    policy, ref_policy, opt, enc, init_ckpt, pool, evalset = build(args, cfg, device, state, log)
     metrics_path, samples_path = cli.open_run_folder(args, cfg, device, policy, run_dir, state, pool, evalset, log)
-    # DDP for the training forward only (its backward averages the gradients over the ranks);
-    # sampling and evaluation use `policy` itself. DDP also copies rank 0's weights to all.
-    policy_ddp = distributed.wrap(policy)
-    if start_step == 0:
-        # ln V, the most entropy a token can have: plots and tables say how near the learner gets
+    policy_ddp = distributed.wrap(policy)  # under torchrun, DDP for the training forward: its backward averages
+    if start_step == 0:  # the warm start's held-out accuracy; ln V, the most entropy a token can have
         record = {"step": 0, "time": 0.0, "ln_vocab": math.log(policy.lm_head_weight.shape[0])}
-        evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, 0, record, t_start)
-        if rank == 0:
+        evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, 0, record, t_start, rank)
+        if rank == 0:  # rank 0 alone writes the run folder
             append_jsonl(metrics_path, record)
     gen = torch.Generator(device=device)
     lagged = collections.deque()  # --rollout-lag: batches sampled and not yet trained on (no checkpoint keeps them)
-    # --adaptive-entropy: the entropy coefficient a step hands the next (in each checkpoint, so --resume continues it)
-    control = (state or {}).get("entropy_control") or field_methods.entropy_control_start(cfg)
+    control = entropy_control(state, cfg)  # --adaptive-entropy's coefficient, carried from step to step; else None
     saved_step = start_step if state is not None else None  # the step ckpt_latest.pt holds
     before = state.get("time", 0.0) if state is not None else 0.0  # a resumed run's seconds before its checkpoint
     t0, step_times = time.time() - before, []  # metrics' time: the whole run's, across resumes
     for step in range(start_step + 1, args.steps + 1):
         ts = time.time()
-        gen.manual_seed(step_seed(args.seed, step, rank))
-        step_cfg = entropy_controlled(cfg, control)
-        try:
-            with autocast(device):
-                batch, metrics = grpo.grpo_step(policy_ddp, ref_policy, opt, enc,
-                                                problem_source(args.level, args.seed, step, rank, pool),
-                                                args.prompts_per_step // n_ranks, step_cfg, gen, lagged)
-        except FloatingPointError as e:
-            raise SystemExit(f"step {step}: {e}; stopping. {cli.last_good(args, run_dir, step, saved_step)}")
-        if cfg.adaptive_entropy:  # the coefficient this step applied, then the next one from its entropy
-            metrics["entropy_coef"] = step_cfg.entropy_coef
-            control = field_methods.entropy_control_step(control, metrics["entropy"], cfg)
+        batch, metrics, control = train_step(policy_ddp, ref_policy, opt, enc, args, cfg, step, (rank, n_ranks), pool,
+                                             gen, lagged, control, device, run_dir, saved_step)
         step_times.append(time.time() - ts)
-        metrics.update(step=step, time=time.time() - t0, lr=args.lr,
-                       tokens_per_s=metrics["n_tokens"] / step_times[-1])
+        metrics.update(step=step, time=time.time() - t0, lr=args.lr, tokens_per_s=metrics["n_tokens"] / step_times[-1])
         log(format_line(step, args.steps, metrics, sum(step_times) / len(step_times)), flush=True)
         if step % args.eval_every == 0 or step == args.steps:  # every rank: each answers its share of the eval set
-            evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, step, metrics, t_start)
-        if rank != 0:  # the statistics are global: rank 0 writes them, with its own samples
-            continue
-        if step % args.samples_every == 0 or step == 1:
-            log_samples(samples_path, step, batch, cfg.group_size)
-        append_jsonl(metrics_path, metrics)
-        if (step % args.save_every == 0 or step == args.steps) and not args.model:
-            save_checkpoint(os.path.join(run_dir, "ckpt_latest.pt"), policy,
-                            {**init_ckpt, "optimizer": opt.state_dict(), "step": step, "args": vars(args),
-                             "processes": n_ranks, "time": metrics["time"],
-                             **({"entropy_control": control} if cfg.adaptive_entropy else {})})
-            saved_step = step
+            evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, step, metrics, t_start, rank)
+        if rank == 0:  # the statistics are global: rank 0 writes them, with its own samples
+            saved_step = write_step(args, cfg, policy, opt, init_ckpt, run_dir, metrics_path, samples_path, step,
+                                    batch, metrics, control, saved_step, n_ranks)
     log(f"done: {args.steps} steps, {before + time.time() - t_start:.0f}s total. Plot: python plot.py {run_dir}")
     distributed.close()
     return run_dir
 
 
+def build(args, cfg, device, state, log):
+    """The run's pieces -> (policy, ref_policy, opt, enc, init_ckpt, pool, evalset): the policy and its tokenizer
+    from --init (or --model), the problems, a frozen copy of the warm start as pi_ref (none at all when beta = 0),
+    Adam; with --resume, the policy's and Adam's saved state. A bad data file, or a cap the model cannot hold, stops
+    it before the run folder exists."""
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    policy, enc, init_ckpt = cli.load_policy(args, device)
+    pool, evalset = cli.task_sets(args, enc, init_ckpt, log, getattr(policy.cfg, "max_seq_len", None))
+    ref_policy = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.kl > 0 else None
+    opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    if state is not None:
+        policy.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+    return policy, ref_policy, opt, enc, init_ckpt, pool, evalset
+
+
+def train_step(policy_ddp, ref_policy, opt, enc, args, cfg, step, ranks, pool, gen, lagged, control, device, run_dir,
+               saved_step):
+    """Step `step`: its problems and sampling noise seeded by (seed, step, rank), grpo.grpo_step on this rank's share
+    of the prompts (ranks: (rank, n_ranks)) -> (the batch it trained on, its metrics, the entropy controller's next
+    state). A non-finite loss stops the run in one line that says what the last checkpoint holds."""
+    rank, n_ranks = ranks
+    gen.manual_seed(step_seed(args.seed, step, rank))
+    step_cfg = entropy_controlled(cfg, control)
+    try:
+        with autocast(device):
+            batch, metrics = grpo.grpo_step(policy_ddp, ref_policy, opt, enc, problem_source(args.level, args.seed, step,
+                                                                                             rank, pool),
+                                            args.prompts_per_step // n_ranks, step_cfg, gen, lagged)
+    except FloatingPointError as e:
+        raise SystemExit(f"step {step}: {e}; stopping. {cli.last_good(args, run_dir, step, saved_step)}")
+    if control is not None:  # the coefficient this step applied, then the next one from its entropy
+        metrics["entropy_coef"] = step_cfg.entropy_coef
+        control = field_methods.entropy_control_step(control, metrics["entropy"], cfg)
+    return batch, metrics, control
+
+
+def write_step(args, cfg, policy, opt, init_ckpt, run_dir, metrics_path, samples_path, step, batch, metrics, control,
+               saved_step, n_ranks=1):
+    """Rank 0's part of a step: its samples now and then, its metrics line, and every --save-every steps (and at the
+    last) ckpt_latest.pt, for --resume -> the step ckpt_latest.pt now holds."""
+    if step % args.samples_every == 0 or step == 1:
+        log_samples(samples_path, step, batch, cfg.group_size)
+    append_jsonl(metrics_path, metrics)
+    if (step % args.save_every == 0 or step == args.steps) and not args.model:
+        save_checkpoint(os.path.join(run_dir, "ckpt_latest.pt"), policy,
+                        {**init_ckpt, "optimizer": opt.state_dict(), "step": step, "args": vars(args),
+                         "processes": n_ranks, "time": metrics["time"],
+                         **({"entropy_control": control} if control is not None else {})})
+        return step
+    return saved_step
+
+
 # ---------------------------------------------------------------- evaluation and saving
 
-def evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, step, record, t_start):
+def evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, step, record, t_start, rank=0):
     """Answer the held-out set greedily (and as --eval-sampled, --eval-pass-k ask), add the
     accuracies to record, write the answers and the weights (ckpt_step<N>.pt, or with --model
     a Hugging Face folder model_step<N>/), keep the --keep-checkpoints latest."""
-    rank = distributed.rank()
     sampled_seed = step_seed(args.seed, step, rank) + EVAL_SAMPLED_SEED  # its own seed: a resume repeats it
     pass_seed = step_seed(args.seed, step) + PASS_AT_K_SEED  # the same on every rank: each computes the same number
     ev_sampled = None
@@ -167,10 +187,18 @@ def evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, st
     cli.prune_saves(run_dir, args.keep_checkpoints)
 
 
+def entropy_control(state, cfg):
+    """--adaptive-entropy's state (field_methods.entropy_control_*): the checkpoint's, when a run resumes, else the
+    first; None without the flag, so that nothing of it runs."""
+    if not cfg.adaptive_entropy:
+        return None
+    return (state or {}).get("entropy_control") or field_methods.entropy_control_start(cfg)
+
+
 def entropy_controlled(cfg, control):
     """The GRPOConfig of one step: cfg itself, or with --adaptive-entropy the entropy coefficient the controller
     (field_methods.entropy_control_*) gives this step."""
-    if not cfg.adaptive_entropy:
+    if control is None:
         return cfg
     return dataclasses.replace(cfg, entropy_coef=field_methods.entropy_control_coef(control, cfg))
 

@@ -24,6 +24,14 @@ os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"to
 torch.set_num_threads(int(os.environ.get("TEST_THREADS", "1")))
 
 
+def pytest_make_parametrize_id(config, val, argname):
+    """A case given as a dict of flags is named by them, 'temperature=0.8-top_p=0.9' (pytest's own: kw2), so that
+    `-k top_p` selects the cases of a flag, a new one included."""
+    if isinstance(val, dict):
+        return "-".join(f"{k}={v}" for k, v in val.items()) or "defaults"
+    return None
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "roundings: compares numbers made two ways (batch shapes, the KV cache, two "
                             "processes, the fused kernels, the textbook formulas); .ci/run runs these again under "

@@ -16,6 +16,7 @@ import cli
 import experiments
 import lessons
 import plot
+import provenance
 import report
 import run_folders
 
@@ -324,13 +325,13 @@ def test_a_finished_run_is_skipped_in_one_line_and_no_tracked_file_changes(proje
     before = git_status(project)
     out = suite(project, tmp_path, "default", "--seeds", "0", "--steps", "3", *SMALL)
     assert out.returncode == 0, out.stderr
-    run = tmp_path / "exp" / "default" / "seed0"
+    run = tmp_path / "exp" / "default+steps3" / "seed0"  # cut to 3 steps: a folder of its own
     metrics, log = (run / "metrics.jsonl").read_bytes(), (run / "train.log").read_text()
     assert [r["step"] for r in metrics_without_time(run / "metrics.jsonl")] == [0, 1, 2, 3]
-    assert os.listdir(tmp_path / "exp" / "figures") == ["exp_default.png"]
-    assert "[1/1] default seed 0: started" in out.stdout and "1 started, 0 resumed, 0 skipped" in out.stdout
+    assert os.listdir(tmp_path / "exp" / "figures") == ["exp_default+steps3.png"]
+    assert "[1/1] default+steps3 seed 0: started" in out.stdout and "1 started, 0 resumed, 0 skipped" in out.stdout
     again = suite(project, tmp_path, "default", "--seeds", "0", "--steps", "3", *SMALL)
-    assert again.returncode == 0 and "[1/1] default seed 0: finished already at step 3: skipped" in again.stdout
+    assert again.returncode == 0 and "[1/1] default+steps3 seed 0: finished already at step 3: skipped" in again.stdout
     assert (run / "metrics.jsonl").read_bytes() == metrics and (run / "train.log").read_text() == log
     assert git_status(project) == before  # neither figures/ nor any page nor results.jsonl was touched
 
@@ -338,11 +339,11 @@ def test_a_finished_run_is_skipped_in_one_line_and_no_tracked_file_changes(proje
 # A pause at a step the test chooses, committed in the project's copy (so the code is a commit's, unedited): after
 # step PAUSE_AT_STEP's metrics line (and its checkpoint, if that step saves one) the run touches `paused` and
 # waits, and the test sends its signal then, whatever the machine's load. Only the first command sets the variable.
-PAUSE = """        append_jsonl(metrics_path, metrics)
+PAUSE = """    append_jsonl(metrics_path, metrics)
 """
-PAUSE_HOOK = """        if os.environ.get("PAUSE_AT_STEP") == str(step):  # tests/test_experiments.py: wait here for a signal
-            open(os.path.join(run_dir, "paused"), "w").close()
-            time.sleep(600)
+PAUSE_HOOK = """    if os.environ.get("PAUSE_AT_STEP") == str(step):  # tests/test_experiments.py: wait here for a signal
+        open(os.path.join(run_dir, "paused"), "w").close()
+        time.sleep(600)
 """
 
 
@@ -384,7 +385,7 @@ def test_a_suite_killed_mid_run_completes_with_each_step_once(project, tmp_path,
                             cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             env={**os.environ, "PAUSE_AT_STEP": str(paused_at)},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    folder = tmp_path / "exp" / "default" / "seed0"
+    folder = tmp_path / "exp" / "default+steps10" / "seed0"
     signal_when_paused(proc, folder, sig)
     done, saved = len(open(folder / "metrics.jsonl").readlines()), experiments.saved_step(str(folder))
     assert done == paused_at + 1  # steps 0..paused_at
@@ -400,25 +401,41 @@ def test_a_suite_killed_mid_run_completes_with_each_step_once(project, tmp_path,
     assert whole.returncode == 0
     path = folder / "metrics.jsonl"
     assert [r["step"] for r in metrics_rows(path)] == list(range(11))
-    assert metrics_without_time(path) == metrics_without_time(tmp_path / "whole" / "exp" / "default" / "seed0" /
+    assert metrics_without_time(path) == metrics_without_time(tmp_path / "whole" / "exp" / "default+steps10" / "seed0" /
                                                               "metrics.jsonl")
     assert open(folder / "train.log").read().count("=== experiments.py") == 2  # appended, never truncated
 
 
 def test_a_folder_with_other_flags_is_refused_naming_them_and_rerun_moves_it_aside(project, tmp_path):
     assert suite(project, tmp_path, "default", "--seeds", "0", "--steps", "2", *SMALL).returncode == 0
-    run = tmp_path / "exp" / "default" / "seed0"
+    run = tmp_path / "exp" / "default+steps2" / "seed0"
     metrics = (run / "metrics.jsonl").read_bytes()
-    out = suite(project, tmp_path, "default", "--seeds", "0", "--steps", "3", *SMALL)
+    out = suite(project, tmp_path, "default", "--seeds", "0", "--steps", "2", *SMALL, "--lr", "3e-4")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
-    assert f"{run} holds a run with other flags (--steps: 2 there, 3 asked): --rerun moves it aside" in out.stderr
+    assert f"{run} holds a run with other flags (--lr: 0.0001 there, 0.0003 asked): --rerun moves it aside" in out.stderr
     assert (run / "metrics.jsonl").read_bytes() == metrics  # nothing touched
-    out = suite(project, tmp_path, "default", "--seeds", "0", "--steps", "3", "--rerun", *SMALL)
+    out = suite(project, tmp_path, "default", "--seeds", "0", "--steps", "2", "--rerun", *SMALL, "--lr", "3e-4")
     assert out.returncode == 0 and "moved aside to" in out.stdout
     (aside,) = [d for d in os.listdir(run.parent) if d.startswith("seed0.replaced-")]
     assert (run.parent / aside / "metrics.jsonl").read_bytes() == metrics  # the old run, kept
-    assert [r["step"] for r in metrics_without_time(run / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert [r["step"] for r in metrics_without_time(run / "metrics.jsonl")] == [0, 1, 2]
     assert [os.path.basename(d) for d in run_folders.seed_folders(str(run.parent))] == ["seed0"]  # the aside is not a seed
+
+
+def test_runs_cut_to_other_steps_go_beside_the_whole_ones_and_several_refused_seeds_are_one_line(project, tmp_path):
+    """--steps 2, then 3: two folders, neither refused (the guide's two parts run in either order); a second edit
+    finds both seeds of default+steps2+grpo.py of other code and is refused in one line that names them."""
+    for steps in ("2", "3"):
+        assert suite(project, tmp_path, "default", "--seeds", "0,1", "--steps", steps, *SMALL).returncode == 0
+    assert sorted(d for d in os.listdir(tmp_path / "exp") if d != "figures") == ["default+steps2", "default+steps3"]
+    edit_advantages(project, 2)
+    assert suite(project, tmp_path, "default", "--seeds", "0,1", "--steps", "2", *SMALL).returncode == 0
+    edit_advantages(project, 3)
+    out = suite(project, tmp_path, "default", "--seeds", "0,1", "--steps", "2", *SMALL)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert (f"{tmp_path / 'exp' / 'default+steps2+grpo.py'} holds runs of other code in seeds 0, 1 (code: grpo.py "
+            "changed since it ran): --rerun moves them aside and runs them again, --label NAME runs this code beside "
+            "them") in out.stderr
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -456,21 +473,23 @@ def edit_advantages(project, factor):
 
 
 def test_an_edited_line_runs_beside_the_old_runs_and_a_second_edit_is_refused_not_skipped(project, tmp_path):
-    """The same command after an edit of grpo.py runs the edited code into default+grpo.py (never the old run's
-    'finished already') and draws it beside the unmodified run; another edit finds that run of other code and is
-    refused in one line naming grpo.py, nothing moved; --rerun moves it aside."""
+    """The same command after an edit of grpo.py runs the edited code into default+steps2+grpo.py (never the old
+    run's 'finished already') and draws it beside the unmodified run, the figure named after the edit's
+    fingerprint; another edit finds that run of other code and is refused in one line naming grpo.py, nothing
+    moved; --rerun moves it aside, and its figure takes another name."""
     argv = ["default", "--seeds", "0", "--steps", "2", *SMALL]
     assert suite(project, tmp_path, *argv).returncode == 0
-    old = metrics_without_time(tmp_path / "exp" / "default" / "seed0" / "metrics.jsonl")
+    old = metrics_without_time(tmp_path / "exp" / "default+steps2" / "seed0" / "metrics.jsonl")
     edit_advantages(project, 2)
     out = suite(project, tmp_path, *argv)
     assert out.returncode == 0, out.stderr
-    assert "[1/1] default+grpo.py seed 0: started" in out.stdout and "skipped" not in out.stdout.split("\n")[0]
-    edited = tmp_path / "exp" / "default+grpo.py" / "seed0"
+    assert "[1/1] default+steps2+grpo.py seed 0: started" in out.stdout and "skipped" not in out.stdout.split("\n")[0]
+    edited = tmp_path / "exp" / "default+steps2+grpo.py" / "seed0"
     config = json.loads((edited / "config.json").read_text())
     assert config["code"]["edited"] == ["grpo.py"]
     assert metrics_without_time(edited / "metrics.jsonl")[1]["loss"] != old[1]["loss"]  # the edit ran
-    assert (tmp_path / "exp" / "figures" / "exp_default+grpo.py.png").exists()
+    first = f"exp_default+steps2+grpo.py@{provenance.edit_fingerprint(config['code'])}.png"
+    assert (tmp_path / "exp" / "figures" / first).exists() and first in out.stdout
     edit_advantages(project, 3)  # another edit of the same line
     metrics = (edited / "metrics.jsonl").read_bytes()
     out = suite(project, tmp_path, *argv)
@@ -480,6 +499,8 @@ def test_an_edited_line_runs_beside_the_old_runs_and_a_second_edit_is_refused_no
     assert (edited / "metrics.jsonl").read_bytes() == metrics
     out = suite(project, tmp_path, "--rerun", *argv)
     assert out.returncode == 0 and "moved aside to" in out.stdout
+    second = f"exp_default+steps2+grpo.py@{provenance.edit_fingerprint(json.loads((edited / 'config.json').read_text())['code'])}.png"
+    assert second != first and {first, second} <= set(os.listdir(tmp_path / "exp" / "figures"))  # neither overwritten
 
 
 def test_a_run_in_the_experiments_own_folder_from_other_code_is_refused_after_a_commit(project, tmp_path):
@@ -489,7 +510,7 @@ def test_a_run_in_the_experiments_own_folder_from_other_code_is_refused_after_a_
     edit_advantages(project, 2)
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "mine"], cwd=project, check=True)
     out = suite(project, tmp_path, *argv)
-    run = tmp_path / "exp" / "default" / "seed0"
+    run = tmp_path / "exp" / "default+steps2" / "seed0"
     assert out.returncode == 2 and f"{run} holds a run of other code (code: grpo.py changed since it ran)" in out.stderr
 
 
@@ -521,60 +542,153 @@ def test_a_resumed_runs_time_is_the_whole_runs(tmp_path):
 
 
 def with_config(folder, edited, commit="abc123", machine="x86_64, 2 CPUs (AMD EPYC), AVX512"):
-    (folder / "config.json").write_text(json.dumps({"code": {"files": {}, "edited": edited}, "commit": commit,
-                                                    "machine": machine}))
+    (folder / "config.json").write_text(json.dumps({"code": {"files": {"grpo.py": "1" * 16}, "edited": edited},
+                                                    "commit": commit, "machine": machine}))
 
 
-@pytest.mark.parametrize("unmodified", ["yours", "shipped", "none"])
-def test_edited_runs_are_drawn_beside_the_unmodified_code_and_the_figure_says_whose(tmp_path, monkeypatch, capsys,
-                                                                                  unmodified):
-    """The learner's own runs of a commit's code first, else the shipped reference runs, else none (and the
-    command that makes them); the legend names the edit, the note where each curve came from."""
-    exp, shipped = tmp_path / "exp", tmp_path / "reference"
+def add_a_flag(project):
+    """A learner's tiny flag, uncommitted, as docs/adding_a_variant.md adds one: --adv-scale, a GRPOConfig field
+    (config.py) that grpo.advantages applies, and an experiment that sets it (lessons.py)."""
+    config = (project / "config.py").read_text()
+    anchor = '    reward_norm: str = knob('
+    config = config.replace(anchor, '    adv_scale: float = knob("advantages and sampling", 1.0, "times each advantage")\n'
+                                    + anchor, 1)
+    (project / "config.py").write_text(config)
+    grpo = (project / "grpo.py").read_text()
+    old = "    return adv.clamp(-cfg.adv_clip, cfg.adv_clip) if cfg.adv_clip > 0 else adv"
+    assert grpo.count(old) == 1
+    (project / "grpo.py").write_text(grpo.replace(old, "    adv = adv * cfg.adv_scale\n" + old))
+    text = (project / "lessons.py").read_text()
+    anchor = '    "onpolicy": (["--mu", "1"],'
+    (project / "lessons.py").write_text(text.replace(anchor, '    "adv_scale": (["--adv-scale", "2"], "twice the '
+                                                              'advantages"),\n' + anchor, 1))
+
+
+def test_a_new_flag_uncommitted_is_drawn_beside_the_unmodified_code_made_from_a_clean_copy(project, tmp_path):
+    """docs/adding_a_variant.md's second part, before any commit, in one command: the new experiment's runs (the
+    edited files in their folder's name), its base experiment (default: its flags all among adv_scale's) run from
+    a clean copy of the commit at the same steps and seeds into default+steps2 (the commit's code, unedited), the
+    figure of the two; the learner's working tree is what the learner left, and no worktree is left behind."""
+    add_a_flag(project)
+    before = git_status(project)
+    out = suite(project, tmp_path, "adv_scale", "--seeds", "0", "--steps", "2", *SMALL)
+    assert out.returncode == 0, out.stderr + out.stdout
+    mine = tmp_path / "exp" / "adv_scale+steps2+config.py+grpo.py" / "seed0"
+    base = tmp_path / "exp" / "default+steps2" / "seed0"
+    config, base_config = (json.loads((f / "config.json").read_text()) for f in (mine, base))
+    assert config["code"]["edited"] == ["config.py", "grpo.py"] and config["adv_scale"] == 2.0
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=project, capture_output=True,
+                          text=True).stdout.strip()
+    assert base_config["code"]["edited"] == [] and base_config["commit"] == head and "adv_scale" not in base_config
+    assert experiments.last_step(str(base)) == 2
+    assert "default: seed 0 of the unmodified code, from a clean copy of commit" in out.stdout
+    png = f"exp_adv_scale+steps2+config.py+grpo.py@{provenance.edit_fingerprint(config['code'])}.png"
+    assert (tmp_path / "exp" / "figures" / png).exists() and png in out.stdout
+    assert git_status(project) == before  # config.py, grpo.py, lessons.py: the learner's own, and nothing else
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=project, capture_output=True, text=True).stdout
+    assert len(worktrees.strip().splitlines()) == 1
+    again = suite(project, tmp_path, "adv_scale", "--seeds", "0", "--steps", "2", *SMALL)  # now both are there
+    assert again.returncode == 0 and "clean copy" not in again.stdout and "skipped" in again.stdout
+
+
+def test_a_new_experiment_without_a_base_is_refused_in_one_line_naming_base(project, tmp_path):
+    """An experiment whose flags contain no committed experiment's (it changes COMMON's eval-every) is refused
+    before anything runs, saying how to name its base; with --base it runs beside that one."""
+    text = (project / "lessons.py").read_text()
+    anchor = '    "onpolicy": (["--mu", "1"],'
+    (project / "lessons.py").write_text(text.replace(anchor, '    "sparse_eval": (["--eval-every", "50"], "fewer '
+                                                              'evaluations"),\n' + anchor, 1))
+    out = suite(project, tmp_path, "sparse_eval", "--seeds", "0", "--steps", "2", *SMALL)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "sparse_eval: no experiment of the commit has flags that sparse_eval's all contain; name the one it is " \
+           "built on: --base NAME" in out.stderr
+    assert not (tmp_path / "exp").exists()
+    out = suite(project, tmp_path, "sparse_eval", "--base", "default", "--seeds", "0", "--steps", "2", *SMALL)
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("name, flags, base", [
+    ("default", None, "default"),  # the commit holds it as it is
+    ("min_p", ["--min-p", "0.05"], "default"),  # COMMON's flags and one more
+    ("lag_minp", ["--rollout-lag", "4", "--lr", "3e-4", "--steps", "60", "--lag-pi-old", "learner", "--min-p", "0.1"],
+     "lag_decoupled"),  # the committed experiment with the most flags among its own
+    ("many_rho", [*lessons.MANY, "--top-entropy-quantile", "0.5"], "many")])
+def test_a_new_experiments_base_is_the_commits_experiment_with_the_most_of_its_flags(monkeypatch, name, flags, base):
+    committed = dict(lessons.EXPERIMENTS)
+    monkeypatch.setattr(experiments, "committed_experiments", lambda root=None: (committed, lessons.COMMON))
+    if flags is not None:
+        monkeypatch.setitem(lessons.EXPERIMENTS, name, (flags, "a learner's"))
+    assert experiments.base_of(name) == base
+
+
+def test_edited_runs_are_drawn_beside_the_unmodified_code_and_the_figure_says_whose(tmp_path, monkeypatch):
+    """The unmodified runs of this commit's code at the same steps and seeds first; the legend names the edit and
+    its fingerprint, the note where each curve came from, the figure's name the fingerprint."""
+    exp = tmp_path / "exp"
     write_run(exp / "default+grpo.py" / "seed0", [0.3, 0.6, 0.5])
     with_config(exp / "default+grpo.py" / "seed0", ["grpo.py"])
-    for seed in (0, 1):  # a run of edited code in default/ would not be the unmodified code's: seed 1 is left out
+    for seed in (0, 1):  # seed 1 ran edited code: not the unmodified code's, so made again
         write_run(exp / "default" / f"seed{seed}", [0.3, 0.7, 0.7])
-        with_config(exp / "default" / f"seed{seed}", [] if seed == 0 else ["rewards.py"])
-        write_run(shipped / "default" / f"seed{seed}", [0.3, 0.7, 0.7])
-        with_config(shipped / "default" / f"seed{seed}", [], commit="feed0042")
-    if unmodified != "yours":
-        shutil.rmtree(exp / "default")
-    if unmodified == "none":
-        shutil.rmtree(shipped)
-    monkeypatch.setattr(experiments, "REFERENCE", str(shipped))
-    drawn = []
+        with_config(exp / "default" / f"seed{seed}", [] if seed == 0 else ["rewards.py"], commit="abc123")
+    monkeypatch.setattr(experiments.provenance, "code_commit", lambda root=None: "abc123")
+    monkeypatch.setattr(experiments, "last_step", lambda folder: 100)
+    made, drawn = [], []
+    monkeypatch.setattr(experiments, "make_unmodified", lambda *a: made.append(a))
     monkeypatch.setattr(experiments.subprocess, "run", lambda cmd, check, stdout: drawn.append(cmd))
-    paths = experiments.beside_figures(str(exp), str(tmp_path / "fig"), ["default"], "grpo.py", edited=True)
-    assert paths == [str(tmp_path / "fig" / "exp_default+grpo.py.png")]
+    fingerprint = provenance.edit_fingerprint({"files": {"grpo.py": "1" * 16}, "edited": ["grpo.py"]})
+    paths = experiments.beside_figures(str(exp), str(tmp_path / "fig"), ["default"], "grpo.py", [0, 1],
+                                       bases={"default": "default"})
+    assert paths == [str(tmp_path / "fig" / f"exp_default+grpo.py@{fingerprint}.png")]
+    assert [a[1:3] for a in made] == [("default", [1])]  # the seed missing, made from a clean copy
     (cmd,) = drawn
     labels = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--label"]
-    note = cmd[cmd.index("--note") + 1]
-    runs = cmd[2:cmd.index("--metrics")]
-    assert runs[-1] == str(exp / "default+grpo.py" / "seed0") and labels[-1] == "default, grpo.py edited"
-    assert note.endswith("default, grpo.py edited: seed 0 of this code")
-    if unmodified == "yours":
-        assert runs[0] == str(exp / "default" / "seed0") and labels == ["default", "default, grpo.py edited"]
-        assert note.startswith("default: your runs, seed 0 of commit abc123 on x86_64, 2 CPUs (AMD EPYC), AVX512")
-    elif unmodified == "shipped":
-        assert runs[:2] == [str(shipped / "default" / "seed0"), str(shipped / "default" / "seed1")]
-        assert note.startswith("default: shipped runs, seeds 0, 1 of commit feed0042")
-    else:
-        assert runs == [str(exp / "default+grpo.py" / "seed0")] and labels == ["default, grpo.py edited"]
-        assert "no runs of default's unmodified code to draw beside default, grpo.py edited: `git stash`" in \
-            capsys.readouterr().out
+    runs, note = cmd[2:cmd.index("--metrics")], cmd[cmd.index("--note") + 1]
+    assert runs == [str(exp / "default" / "seed0"), str(exp / "default+grpo.py" / "seed0")]
+    assert labels == ["default", f"default, grpo.py edited (edit {fingerprint})"]
+    assert note == f"default: seed 0 of commit abc123, unmodified; default, grpo.py edited (edit {fingerprint}): seed 0"
 
 
-def test_the_shipped_reference_runs_are_the_default_experiments_flags_of_a_commits_unedited_code():
-    """reference/default/seed<k>: what a learner who edits before running anything is shown beside their edit."""
-    seeds = plot.seed_folders(os.path.join(experiments.REFERENCE, "default"))
-    assert [os.path.basename(s) for s in seeds] == ["seed0", "seed1", "seed2"]
-    for folder in seeds:
-        with open(os.path.join(folder, "config.json")) as f:
-            config = json.load(f)
-        run = experiments.plan(["default"], [int(folder[-1])], "runs/exp")[0]
-        assert experiments.flags_that_differ(config, run.args) == [] and config["code"]["edited"] == []
-        assert experiments.last_step(folder) == run.args.steps
+def test_check_and_table_name_a_learners_own_runs_and_what_they_are(tmp_path):
+    """Beside the experiments' own runs: an edit's runs (its files and fingerprint) and a --label's; check says
+    what each is and that nothing records them, each sentence ended; the table has a row for each, and one line
+    for the fixes and variants not run, not a row each."""
+    for folder, edited in (("default", []), ("default+grpo.py", ["grpo.py"]), ("default+mine", [])):
+        write_run(tmp_path / folder / "seed0", [0.25, 0.75, 0.7])
+        with_config(tmp_path / folder / "seed0", edited)
+    assert experiments.folders(str(tmp_path)) == ["default", "default+grpo.py", "default+mine"]
+    fingerprint = provenance.edit_fingerprint({"files": {"grpo.py": "1" * 16}, "edited": ["grpo.py"]})
+    assert experiments.learner_runs(str(tmp_path)) == [
+        f"{tmp_path / 'default+grpo.py'}: seed 0, grpo.py edited (edit {fingerprint}). results.jsonl records a "
+        "commit's experiments, unedited and whole, so nothing checks these.",
+        f"{tmp_path / 'default+mine'}: seed 0, cut or labelled runs. results.jsonl records a commit's experiments, "
+        "unedited and whole, so nothing checks these."]
+    text = report.table(str(tmp_path), experiments.folders(str(tmp_path)))
+    assert all(f"| {name} | 1 |" in text for name in ("default", "default+grpo.py", "default+mine"))
+    n = len(lessons.FIXES) + len(lessons.FIELD)
+    assert text.endswith(f"{n} more fixes and variants, not run here: EXPERIMENTS.md has each (python experiments.py "
+                         "fixes, field).") and "not run yet" not in text
+
+
+def test_pages_writes_the_pages_tables_again_from_the_record_and_records_nothing(project, tmp_path):
+    """A learner who adds an experiment changes what the pages say of the suites (the times part counts it): the
+    test that fails says to run `python experiments.py pages`, which writes the pages again and records nothing."""
+    text = (project / "lessons.py").read_text()
+    anchor = '    "onpolicy": (["--mu", "1"],'
+    (project / "lessons.py").write_text(text.replace(anchor, '    "lr_half": (["--lr", "5e-5"], "half the lr"),\n'
+                                                              + anchor, 1))
+    for page in report.PAGES:  # the project's copy holds no pages (conftest.project): the real ones
+        os.makedirs(project / os.path.dirname(page), exist_ok=True)
+        shutil.copy(os.path.join(ROOT, page), project / page)
+    results = (project / "results.jsonl").read_bytes()
+    out = subprocess.run([sys.executable, "-c", "import report; print(report.stale_parts(report.load_results()))"],
+                         cwd=project, capture_output=True, text=True)
+    assert "the part 'times' differs" in out.stdout
+    out = subprocess.run([sys.executable, "experiments.py", "pages"], cwd=project, capture_output=True, text=True)
+    assert out.returncode == 0 and "nothing recorded: EXPERIMENTS.md" in out.stdout, out.stderr
+    assert (project / "results.jsonl").read_bytes() == results
+    out = subprocess.run([sys.executable, "-c", "import report; print(report.stale_parts(report.load_results()))"],
+                         cwd=project, capture_output=True, text=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_the_table_ends_without_blank_lines_where_a_part_has_no_runs(tmp_path):

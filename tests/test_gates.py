@@ -236,11 +236,14 @@ def guard_table():
 
 
 def test_every_gate_and_fix_metric_has_a_guard_that_exists():
-    """Each number a fix is judged by (lessons.FIXES) and each of its gates (Fix.gates) has a row in tests/README.md's
-    table, which names the test of its logged number and of run_summary's mean of it; each test named exists."""
+    """Each number a lesson, fix or variant is judged by (its number, its mechanism's, its costs) and each gate of a
+    fix has a row in tests/README.md's table, which names the test of its logged number and of run_summary's value
+    of it; each test named exists."""
     rows = guard_table()
-    keys = {fix.metric for fix in lessons.FIXES.values()} | {key for fix in lessons.FIXES.values()
-                                                               for key, _ in fix.gates}
+    keys = {key for fix in lessons.FIXES.values() for key, _ in fix.gates}
+    for _, judged in lessons.judged():  # its number, its mechanism's (from either run) and its costs
+        mechanism = judged.record.mechanism
+        keys |= {judged.number.key, mechanism.key, mechanism.without_key or mechanism.key, *judged.record.costs}
     assert not keys - set(rows), f"gates or fix metrics without a row in tests/README.md: {sorted(keys - set(rows))}"
     for key, (_, tests) in rows.items():
         assert tests, key

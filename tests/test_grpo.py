@@ -342,7 +342,8 @@ def test_grpo_learns_a_trivial_reward(enc, tiny_model, digit_reward):
         assert all(math.isfinite(v) for v in stats.values() if v is not None)
         assert {k for k, v in stats.items() if v is None} <= {"pg_k1", "resp_len_correct", "resp_len_wrong", "adv_correct_corr",
                                                                 "clip_high_lowp_frac",  # none where the high clip never binds
-                                                                "adv_to_centred", "equal_groups_adv"}  # ... no such group
+                                                                "adv_to_centred", "equal_groups_adv",  # ... no such group
+                                                                "format_paid_wrong"}  # ... no wrong answer
     first, last = sum(rewards_seen[:5]) / 5, sum(rewards_seen[-5:]) / 5
     assert first < 0.2 and last > 0.6, (first, last)
 

@@ -12,6 +12,7 @@ import math
 import pytest
 import torch
 
+import cli
 import grpo
 import logprobs
 import rollouts
@@ -499,31 +500,25 @@ def test_grpo_step_is_the_chapter_in_one_screen():
     assert len(body) <= 28, f"grpo_step's body is {len(body)} lines"
 
 
-def test_the_textbook_step_is_the_chapters_algorithm_in_about_20_lines():
+def body_lines(step):
     import ast
     import inspect
-    source = inspect.getsource(grpo.grpo_step_textbook)
+    source = inspect.getsource(step)
     function = ast.parse(source).body[0]
-    body = source.splitlines()[function.body[1].lineno - 1:function.end_lineno]  # body[0] is the docstring
-    assert len(body) <= 22, f"grpo_step_textbook's body is {len(body)} lines"
+    return source.splitlines()[function.body[1].lineno - 1:function.end_lineno]  # body[0] is the docstring
 
 
-@pytest.mark.roundings
-@pytest.mark.parametrize("kl", [0.0, 0.1])
-def test_the_textbook_step_and_grpo_step_leave_the_same_weights_and_loss(warm_policy, kl):
-    """At the default flags (two updates on one rollout, PPO's clip, each answer's token mean; with --kl, k3 to a
-    reference that differs from the policy) one step of each, from the same weights and the same random state,
-    leaves the same parameters and the same loss: grpo_step is the textbook step with its switches off. SGD, so
-    that float rounding between the kernels and the textbook log-softmax stays rounding (Adam's first step is
-    lr * sign(grad), which a gradient of rounding noise could flip)."""
-    cfg = GRPOConfig(kl=kl)
-    assert (cfg.mu, cfg.minibatches, cfg.loss_agg, cfg.objective) == (2, 1, "seq_mean", "ppo")  # the defaults
-    ref, _ = warm_policy()
-    with torch.no_grad():
-        for p in ref.parameters():  # a reference other than the policy, so the KL term acts
-            p.add_(0.02 * torch.randn_like(p))
+def test_the_papers_step_is_grpo_in_about_20_lines_and_the_books_in_about_25():
+    assert len(body_lines(grpo.grpo_step_paper)) <= 22, "grpo_step_paper's body"
+    assert len(body_lines(grpo.grpo_step_book)) <= 27, "grpo_step_book's body"
+
+
+def one_step_each(steps, warm_policy, cfg, ref, n_prompts):
+    """One step of each function, from the same weights and the same random state, with SGD (so that float rounding
+    between the kernels and the textbook log-softmax stays rounding: Adam's first step is lr * sign(grad), which a
+    gradient of rounding noise could flip) -> [(the last update's loss, the parameters after)]."""
     results = []
-    for step in (grpo.grpo_step_textbook, grpo.grpo_step):
+    for step in steps:
         model, enc = warm_policy()
         stream = tasks.problems("easy", 3)
         losses = []
@@ -535,12 +530,51 @@ def test_the_textbook_step_and_grpo_step_leave_the_same_weights_and_loss(warm_po
             return real(m, o, loss, *a)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(grpo, "optimizer_step", record)
-            out = step(model, ref if kl else None, opt, enc, lambda: next(stream), 6, cfg, torch.Generator().manual_seed(7))
+            out = step(model, ref, opt, enc, lambda: next(stream), n_prompts, cfg, torch.Generator().manual_seed(7))
         loss = out.item() if torch.is_tensor(out) else losses[-1]
         results.append((loss, [p.detach().clone() for p in model.parameters()]))
+    return results
+
+
+def assert_same_step(results, warm_policy):
     (loss_a, params_a), (loss_b, params_b) = results
     moved = max((a - b).abs().max().item() for a, b in zip(params_a, warm_policy()[0].parameters()))
     assert moved > 1e-3  # the step changed the weights
     assert loss_a == pytest.approx(loss_b, rel=1e-5, abs=1e-7)
     for a, b in zip(params_a, params_b):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def a_reference(warm_policy):
+    """A reference other than the policy, so the KL term acts."""
+    ref, _ = warm_policy()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    return ref
+
+
+@pytest.mark.roundings
+@pytest.mark.parametrize("kl", [0.0, 0.1])
+def test_the_papers_step_and_grpo_step_leave_the_same_weights_and_loss(warm_policy, kl):
+    """At the default flags (two updates on one rollout, PPO's clip, each answer's token mean; with --kl, k3 to a
+    reference that differs from the policy) one step of each leaves the same parameters and the same loss:
+    grpo_step is the papers' step with its switches off."""
+    cfg = GRPOConfig(kl=kl)
+    assert (cfg.mu, cfg.minibatches, cfg.loss_agg, cfg.objective) == (2, 1, "seq_mean", "ppo")  # the defaults
+    ref = a_reference(warm_policy) if kl else None
+    assert_same_step(one_step_each((grpo.grpo_step_paper, grpo.grpo_step), warm_policy, cfg, ref, 6), warm_policy)
+
+
+@pytest.mark.roundings
+@pytest.mark.parametrize("kl", [0.0, 0.1])
+def test_the_books_step_and_grpo_step_under_recipe_book_leave_the_same_weights_and_loss(warm_policy, kl):
+    """--recipe book (one prompt and 8 answers, two inner epochs that sample again from a frozen copy, sampled at T
+    0.8 and top-p 0.9, scored at T 1, the sequence ratio in the book's torch.where form at eps 10, k1 on the sums at
+    beta 0.1; here also without the KL): grpo_step is the book's step with its switches set so. Two prompts, so the
+    step has groups to weigh."""
+    cfg = cli.grpo_config(cli.parse_args(["--recipe", "book", "--kl", str(kl)])[1])
+    assert (cfg.mu, cfg.resample_epochs, cfg.ratio_level, cfg.objective, cfg.kl_estimator, cfg.kl_level,
+            cfg.learner_temperature, cfg.clip) == (2, True, "sequence", "book", "k1", "sequence", 1.0, 10.0)
+    ref = a_reference(warm_policy) if kl else None
+    assert_same_step(one_step_each((grpo.grpo_step_book, grpo.grpo_step), warm_policy, cfg, ref, 2), warm_policy)

@@ -6,6 +6,7 @@ CLI on synthetic run folders (corrupt lines, several runs, missing metrics, miss
 """
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -245,9 +246,23 @@ def test_metrics_flag_and_out_names(tmp_path):
     out = tmp_path / "m.png"
     assert run_main([run, "--metrics", "reward,eval_acc,missing", "--out", out]) == [str(out)]
     assert_png(out)
-    paths = plot.output_paths(["basic", "clip"], "figs/x.png", "runs/A")
+    paths = plot.output_paths(["basic", "clip"], "figs/x.png", ["runs/A"])
     assert paths == {"basic": "figs/x_basic.png", "clip": "figs/x_clip.png"}
-    assert plot.output_paths(["kl"], None, "runs/A") == {"kl": "runs/A/plot_kl.png"}
+    assert plot.output_paths(["kl"], None, ["runs/A"]) == {"kl": "runs/A/plot_kl.png"}
+
+
+def test_two_runs_are_compared_under_runs_compare_named_after_both_never_in_a_runs_folder(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """plot.py A B: runs/compare/A_vs_B.png (A_vs_B_<group>.png for several panel groups), its path printed; the
+    runs' folders get nothing; a seed folder is named by its experiment and seed."""
+    monkeypatch.chdir(tmp_path)
+    a, b = write_run(tmp_path / "runs" / "exp" / "default"), write_run(tmp_path / "runs" / "exp" / "onpolicy")
+    written = run_main([a, b, "--panels", "basic"])
+    assert written == [os.path.join("runs", "compare", "default_vs_onpolicy.png")]
+    assert run_main([a, b, "--panels", "basic,clip"])[1] == os.path.join("runs", "compare", "default_vs_onpolicy_clip.png")
+    assert written[0] in capsys.readouterr().out and (tmp_path / written[0]).exists()
+    assert sorted(os.listdir(a)) == sorted(os.listdir(b)) == ["config.json", "metrics.jsonl"]
+    assert plot.run_name(tmp_path / "runs" / "exp" / "default" / "seed0") == "default-seed0"
 
 
 # ----------------------------------------------------------------------------------

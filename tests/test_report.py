@@ -25,7 +25,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_every_generated_part_of_the_pages_is_what_results_jsonl_gives():
     records = report.load_results()
-    assert report.stale_parts(records) == []
+    stale = report.stale_parts(records)
+    assert stale == [], ("\n".join(stale) + "\nAn experiment added or a record changed: `python experiments.py "
+                         "pages` writes the pages' tables again from results.jsonl, recording nothing.")
     pages = {page: open(os.path.join(ROOT, page), encoding="utf-8").read() for page in report.PAGES}
     assert all(report.PART.search(text) for text in pages.values())  # each page has generated parts
 
