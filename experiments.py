@@ -9,9 +9,12 @@
     python experiments.py table                           # the table of the runs in runs/exp (report.py)
     python experiments.py instability --rounding plain,avx2   # a lesson under two roundings (provenance.py)
 
-Edit a line of grpo.py and type the same command: the edited code runs into runs/exp/NAME+grpo.py
-and is drawn beside the experiment's runs of the unmodified code (yours, or the shipped ones in
-reference/), never taken for them. `--label NAME` names such runs yourself (NAME+LABEL).
+Edit a line of grpo.py and type the same command: the edited code runs into runs/exp/NAME+grpo.py and is drawn
+beside the unmodified code's runs of the experiment, never taken for them; where those are missing, they are made
+from a clean copy of the git commit (a scratch worktree, removed after). A new experiment (a flag added, not
+committed) is drawn beside the committed experiment it is built on (`--base NAME`, or the one whose flags it holds).
+`--label NAME` names such runs yourself (NAME+LABEL); `--steps N` cuts the runs into a folder of their own
+(NAME+stepsN).
 
 Each experiment is a list of train.py flags on top of COMMON (both in lessons.py, beside the
 lessons, fixes and variants that run them; a flag given again in the experiment replaces
@@ -30,9 +33,9 @@ torchrun on two processes instead. What the runs say (the lessons, the fixes, th
 results.jsonl, which the pages' tables are written from) is report.py's; what each lesson, fix
 and variant runs and the check that judges it, lessons.py's.
 
-The lessons run the book's own algorithm (`--recipe book`, one prompt per step, 500 steps as
-the chapter's runs); the comparisons of GRPO's variants run our default (16 prompts per step,
-100 steps).
+The lessons run the book's regime (`--recipe book`, one prompt per step, 500 steps as the chapter's
+runs), with the change its broken run makes (lesson 1: 4 inner epochs and no KL); the comparisons of
+GRPO's variants run our default (16 prompts per step, 100 steps).
 """
 import argparse
 import json
@@ -71,7 +74,8 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "format_tight": (["format_tight", "format_tight_gated"],
                      "eval_acc,reward_correct,reward_format,resp_len,truncated_frac,entropy"),
     # lesson 2: the book's naive KL against k3 and a smaller beta, then against what removes the mismatch
-    "book_kl": (["book_kl", "book_kl_k3", "book_kl_beta002"], "eval_acc,kl,entropy,sampler_entropy,sampler_gap,resp_len"),
+    "book_kl": (["book_kl", "book_kl_k3", "book_kl_beta002", "book_nokl"],
+                "eval_acc,kl,entropy,sampler_entropy,sampler_gap,resp_len"),
     "book_kl_sampler": (["book_kl", "book_kl_matched", "book_kl_keepmask", "book_kl_onpolicy"],
                         "eval_acc,kl,entropy,sampler_entropy,sampler_gap,resp_len"),
     # lesson 1: the book's epochs with and without its clip, then which change rescues 4 epochs
@@ -83,8 +87,8 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "book_clip_ablation": (["book_ppo_clip", "book_ppo_clip_lr3e5", "book_ppo_clip_mu1", "book_ppo_clip_prompts4"],
                            "eval_acc,entropy,grad_norm_max,ppo_kl"),
     # lesson 4: the format bonus on the runaway's task: the two rewards and the two accuracies; then on chains
-    "book_format": (["book_runaway_format", "book_runaway_format_gated"],
-                    "reward,eval_sampled_acc,reward_format,eval_acc,entropy,truncated_frac"),
+    "book_format": (["book_runaway_format", "book_runaway_format_gated", "book_runaway_format_w01"],
+                    "reward,eval_sampled_acc,reward_format,format_paid_wrong,eval_acc,entropy"),
     "book_format_chains": (["book_format", "book_format_gated", "book_onpolicy"],
                            "eval_acc,reward_correct,reward_format,entropy,resp_len,truncated_frac"),
     # lesson 3: the runaway, its fix and its cause (no long failed searches); then what else was tried
@@ -93,15 +97,17 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "book_runaway_fixes": (["book_runaway", "book_runaway_k3", "book_runaway_lowlr", "book_runaway_token"],
                            "eval_acc,eval_sampled_acc,entropy,sampler_entropy"),
     # the closing list's fixes, each beside the same run without it (lessons.FIXES)
-    "fixes_runaway": (["book_runaway", "book_runaway_overlong", "book_runaway_keepmask_T1"],
-                      "eval_sampled_acc,entropy,truncated_frac,resp_len_wrong,tis_weight_mean"),
+    "fixes_runaway": (["book_runaway", "book_runaway_overlong", "book_runaway_mask_truncated"],
+                      "eval_sampled_acc,entropy,truncated_frac,resp_len_wrong,reward_overlong"),
+    "fixes_keepmask": (["book_runaway", "book_runaway_keepmask_T1", "book_runaway_tis"],
+                       "eval_sampled_acc,entropy,sampler_gap,tis_weight_mean,is_weight_mean"),
     "fixes_length": (["search", "search_token", "search_drgrpo"], "resp_len_wrong,truncated_frac,entropy,eval_acc"),
     "tis_sharpened": (["book_runaway_temperature", "book_runaway_temperature_tis"],
                   "eval_acc,eval_sampled_acc,entropy,tis_weight_max,sampler_kl_k3"),
-    "fixes_dynamic": (["ds4", "ds4_dynamic"], "signal_groups,zero_std_frac,eval_acc"),
+    "fixes_dynamic": (["ds4", "ds4_dynamic", "ds8"], "signal_groups,zero_std_frac,eval_acc"),
     "fixes_entropy": (["many", "many_entropy", "many_klcov"], "eval_distinct,eval_pass_at_k,entropy,eval_acc"),
     "entropy_passk": (["default_passk", "entropy_bonus_01"], "entropy,eval_pass_at_k,eval_acc"),
-    "fixes_kl": (["kl_reuse", "kl_reuse_reweight"], "kl_rel_gap,kl+kl_exact,ppo_kl,eval_acc,entropy"),
+    "fixes_kl": (["kl_reuse", "kl_reuse_reweight", "kl_reuse_k3plus"], "kl_rel_gap,kl_exact,ppo_kl,eval_acc,entropy"),
     "fixes_lag": (["lag", "lag_dual_clip", "lag_masked"], "grad_norm_max,neg_ratio_above_3,neg_sampler_kl,eval_acc"),
     # the decoupled regime (pi_old the learner, the sampler 4 steps old): each correction, its gates beside its metric
     "fixes_tis": (["lag_decoupled", "lag_decoupled_tis"], "grad_norm_max,sampler_kl_k3,tis_weight_above_2,eval_acc"),
@@ -110,9 +116,10 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "decoupled_others": (["lag_decoupled", "lag_decoupled_dual_clip", "lag_decoupled_topp", "lag_decoupled_topp_keepmask"],
                          "grad_norm_max,eval_acc,sampler_kl_k3,tis_weight_mean"),
     "fixes_rare": (["rare", "rare_clip_higher", "rare_cispo"], "reward_format,clip_frac_high,clip_high_lowp_frac,eval_acc"),
-    "fixes_gdpo": (["rare_format", "rare_format_gdpo"], "reward_format,adv_correct_corr,reward_correct,eval_acc"),
-    "fixes_gspo": (["search_dropout", "search_dropout_gspo"],
-                   "sampler_entropy,logratio_std_token+logratio_std_seq,reward,eval_acc"),
+    "fixes_gdpo": (["rare_format", "rare_format_gdpo", "rare_format_nostd"],
+                   "reward_format,adv_correct_corr,reward_correct,eval_acc"),
+    "fixes_gspo": (["search_dropout", "search_dropout_gspo", "search_dropout_gmpo"],
+                   "reward,logratio_std_seq,sampler_entropy,eval_acc"),
     "book_runaway_clip_format": (["book_runaway_noclip", "book_runaway_ppo_clip", "book_runaway_format",
                                   "book_runaway_format_gated"], "eval_acc,eval_sampled_acc,entropy,reward_format"),
     # the field's variants, each beside the run without it and the chapter's own fix (lessons.FIELD)
@@ -123,24 +130,29 @@ COMPARISONS = {  # figure name -> (experiments, metrics to draw; a+b: both in on
     "field_regions": (["lag_decoupled", "lag_decoupled_reject", "lag_decoupled_dppo_tv", "lag_decoupled_dppo_kl"],
                       "grad_norm_max,rejected_frac,clip_frac,eval_acc"),
     "field_vespo": (["lag_decoupled", "lag_decoupled_tis", "lag_decoupled_vespo"],
-                    "grad_norm_max,sampler_kl_k3,eval_acc"),
+                    "grad_norm_max,is_weight_mean,sampler_kl_k3,eval_acc"),
     "field_entropy": (["many", "many_entropy", "many_top_entropy", "many_adaptive_entropy"],
-                      "eval_distinct,entropy,entropy_coef,eval_acc"),
-    "field_baselines": (["search", "search_drgrpo", "search_rloo", "search_reinforce_pp"],
-                        "resp_len_wrong,truncated_frac,adv_std,eval_acc"),
+                      "eval_acc,entropy,entropy_coef,eval_distinct"),
+    "field_baselines": (["g4", "g4_drgrpo", "g4_rloo", "g4_reinforce_pp"],
+                        "eval_acc,adv_to_centred,equal_groups_adv,zero_std_frac"),
     "field_luspo": (["search_dropout", "search_dropout_gspo", "search_dropout_luspo"],
-                    "sampler_entropy,resp_len,reward,eval_acc"),
-    "field_kl": (["book_kl", "book_kl_k3", "book_kl_k3plus"], "eval_acc,kl,entropy,resp_len"),
+                    "resp_len,token_weight_spread,reward,eval_acc"),
+    "field_kl": (["kl_onpolicy", "kl_onpolicy_k3plus", "kl_onpolicy_k2"], "kl_exact,kl_grad_bias,kl,eval_acc"),
 }
 
 
 GROUPS = {  # names that stand for several experiments on the command line
     "all": lambda: list(lessons.EXPERIMENTS),
-    "lessons": lambda: [n for lesson in lessons.LESSONS.values() for n in lesson.experiments],
-    "fixes": lambda: [n for fix in lessons.FIXES.values() for n in fix.experiments],
-    # the field's variants and the runs without them they are judged against
-    "field": lambda: [n for variant in lessons.FIELD.values() for n in variant.experiments],
+    # each lesson, fix or variant: the run without it, its own, and its rivals'
+    "lessons": lambda: [n for lesson in lessons.LESSONS.values() for n in judged_runs(lesson)],
+    "fixes": lambda: [n for fix in lessons.FIXES.values() for n in judged_runs(fix)],
+    "field": lambda: [n for variant in lessons.FIELD.values() for n in judged_runs(variant)],
 }
+
+
+def judged_runs(judged):
+    """The experiments a lesson, fix or variant is judged on: the run without it, its own, its rivals'."""
+    return [*judged.experiments, *judged.record.rivals]
 OWN_FLAGS = {  # train.py flags experiments.py sets for each run, refused after --, and what to use instead
     "--seed": "use --seeds", "--steps": "use experiments.py's own --steps", "--runs-dir": "use --runs-dir before --",
     "--run-name": "each run's is seed<k>", "--resume": "the suite resumes an interrupted run itself",
@@ -156,7 +168,7 @@ def experiment_names(names):
     judged = dict(lessons.judged())
     out = []
     for name in names:
-        found = GROUPS[name]() if name in GROUPS else judged[name].experiments if name in judged else [name]
+        found = GROUPS[name]() if name in GROUPS else judged_runs(judged[name]) if name in judged else [name]
         for n in found:
             if n not in lessons.EXPERIMENTS:
                 raise ValueError(f"unknown experiment {n!r}; choose from {', '.join(GROUPS)}, table, check, "
@@ -630,7 +642,7 @@ def unmodified_runs(runs_dir, base, seeds, steps=None, rounding="plain"):
     """The seed folders of base (at steps, in runs_dir) that ran the commit's code unedited, at its flags; the
     seeds missing -> (folders, [seeds missing])."""
     folder = os.path.join(provenance.rounding_dir(runs_dir, rounding), folder_name(base, steps))
-    commit = provenance.code_commit()
+    commit = str(provenance.code_commit()).split("+")[0]  # the commit itself, whatever the working tree's edits
     found, missing = [], []
     for seed in seeds:
         path = os.path.join(folder, f"seed{seed}")
@@ -661,8 +673,8 @@ def make_unmodified(runs_dir, base, seeds, steps, jobs, rounding, extra):
         cmd = [sys.executable, "experiments.py", base, "--seeds", ",".join(map(str, seeds)), "--jobs", str(jobs),
                "--runs-dir", os.path.abspath(runs_dir), "--rounding", rounding,
                *(["--steps", str(steps)] if steps else []), *(["--", *extra] if extra else [])]
-        print(f"{base}: seeds {', '.join(map(str, seeds))} of the unmodified code, from a clean copy of commit "
-              f"{provenance.code_commit()}: {' '.join(cmd[1:])}", flush=True)
+        print(f"{base}: seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))} of the unmodified code, from a "
+              f"clean copy of commit {str(provenance.code_commit()).split('+')[0]}: {' '.join(cmd[1:])}", flush=True)
         out = subprocess.run(cmd, cwd=worktree, stderr=subprocess.PIPE, text=True)
         if out.returncode != 0:
             raise ValueError(f"the unmodified code's {base} runs could not be made: "
@@ -695,7 +707,7 @@ def beside_figures(runs_dir, out_dir, names, label, seeds, steps=None, rounding=
         metrics = next((m for members, m in COMPARISONS.values() if base in members), "eval_acc,reward,entropy,resp_len")
         os.makedirs(out_dir, exist_ok=True)
         drawn.append(os.path.join(out_dir, f"exp_{folder_name(name, steps, label)}{'@' + fingerprint if fingerprint else ''}.png"))
-        note = (f"{base}: {seeds_text(base_runs)} of commit {provenance.code_commit()}, unmodified; "
+        note = (f"{base}: {seeds_text(base_runs)} of commit {str(provenance.code_commit()).split('+')[0]}, unmodified; "
                 f"{ours}: {seeds_text(mine)}")
         subprocess.run([sys.executable, "plot.py", *base_runs, *mine, "--metrics", metrics, "--out", drawn[-1],
                         "--note", note, *(a for x in [base] * bool(base_runs) + [ours] for a in ("--label", x))],

@@ -436,22 +436,20 @@ K3 = Record(
     rivals=["book_nokl", "book_kl_beta002"], costs=[])
 LESSONS = {
     "instability": Lesson(["book_noclip", "book_ppo_clip"], falls_and_trails,
-                          "with 4 inner epochs and no clipping accuracy falls >= 15 points from its peak and ends "
-                          ">= 10 below PPO's clip at 0.2, which drifts down too",
+                          "no clip's greedy accuracy falls >= 15 points from its peak and ends >= 10 below PPO's clip "
+                          "(which drifts down too)",
                           Number("final", "higher", (0.10, "points")), CLIP,
                           ("The clip bounds the update", "accuracy is rescued")),
     "naive_kl": Lesson(["book_kl", "book_kl_k3"], broken_vs_fixed,
-                       "with the book's k1 KL on summed log-probs accuracy falls >= 15 points from its peak and ends "
-                       ">= 15 below k3 per token", Number("final", "higher", (0.15, "points")), K3,
+                       "k1 on summed log-probs' greedy accuracy falls >= 15 points from its peak and ends >= 15 below "
+                       "k3 per token", Number("final", "higher", (0.15, "points")), K3,
                        ("k3 stays non-negative", "accuracy is rescued")),
     "naive_kl_reuse": Lesson(["kl_naive", "kl_k3"], broken_vs_fixed,
-                             "the same in our default regime, where the sampler is the learner but each rollout "
-                             "serves two updates", Number("final", "higher", (0.15, "points")),
+                             "the same in our default regime (two updates a rollout)", Number("final", "higher", (0.15, "points")),
                              K3._replace(rivals=["default"]), ("k3 stays non-negative", "accuracy is rescued")),
     "runaway": Lesson(["book_runaway", "book_runaway_keepmask"], runs_away,
-                      "on-policy without KL (the book's 7_3), the learner's entropy reaches half of ln V, and the "
-                      "sampled held-out accuracy falls >= 15 points from its peak and ends >= 15 below the learner on "
-                      "the sampler's support", Number("sampled_final", "higher", (0.15, "points")),
+                      "the book's 7_3's entropy reaches half of ln V, and its sampled accuracy falls >= 15 points "
+                      "from its peak and ends >= 15 below the fix's", Number("sampled_final", "higher", (0.15, "points")),
                       Record(claim="We preserve the truncation masks during sampling from pi_old and apply them to "
                                    "pi_theta during training, ensuring both policies share identical action subspaces.",
                              source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1, Keep Sampling Mask (the book's item 11)",
@@ -459,10 +457,9 @@ LESSONS = {
                              rivals=["book_runaway_k3", "book_runaway_T1"], costs=[]),
                       ("The learner keeps to the sampler's support", "the runaway is stopped")),
     "format_exploit": Lesson(["book_runaway_format", "book_runaway_format_gated"], reward_hides_the_collapse,
-                             "with the book's 7_6 format bonus both runs run away (sampled accuracy falls >= 15 points "
-                             "from its peak); ungated the format reward ends above 0.9 and the total reward's lowest "
-                             "50-step mean after its peak stays >= half of it (it hides the collapse); gated it drops "
-                             "below half", Number("sampled_final", "higher", (0.15, "points")),
+                             "both runs' sampled accuracy falls >= 15 points; ungated, the format reward ends above 0.9 "
+                             "and the reward keeps half its peak (it hides the fall); gated, it loses more than half",
+                             Number("sampled_final", "higher", (0.15, "points")),
                              Record(claim="The model already gets too many rewards from following the <think> tag "
                                           "format; another improvement could be to make the format reward conditional, "
                                           "only awarded if the answer is also correct.",

@@ -138,6 +138,13 @@ TITLES = {
     "logratio_std_seq": "spread of log pi / pi_old, answers", "loss": "loss",
     "entropy_coef": "the entropy bonus's coefficient", "is_masked_frac": "tokens whose IS weight was set to 0",
     "rejected_frac": "tokens rejected as too far from the sampler",
+    # what each method does (lessons.Record's mechanisms and costs)
+    "adv_to_centred": "|A| over |r - its group's mean|", "equal_groups_adv": "|A| in groups of equal rewards",
+    "token_weight_spread": "a token's largest weight in the mean over its smallest",
+    "is_weight_mean": "the importance weight applied, mean", "kl_grad_bias": "the KL gradient's bias (--exact-kl)",
+    "low_entropy_frac": "tokens the 80/20 rule leaves without a gradient",
+    "format_paid_wrong": "format bonus paid to a wrong answer", "off_policy_masked_frac": "answers the mask drops",
+    "reward_overlong": "overlong penalty an answer",
 }
 # A metric whose every value lies below its floor here is float rounding, not a signal: its panel
 # is drawn from 0 to the floor and says so (sampler_gap: the KV-cache sampler and the learner's

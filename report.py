@@ -924,13 +924,18 @@ def roundings_part(records, args, _):
 
 def default_run_part(records, args, _):
     """`default_run`: python train.py's run (the experiment `default`), its greedy accuracy at the start, at
-    step 10, its peak and at the end, each seed a row."""
+    step 10, its peak and at the end, each seed a row; then the machine they ran on."""
     out = ["| seed | step 0 | step 10 | peak (step) | step 100 |", "|---|---|---|---|---|"]
     for seed, s in summaries_from_results(records).get("default", {}).items():
         at = dict((step, acc) for step, acc in s["evals"])
         out.append(f"| {seed[4:]} | {pct(at.get(0), 1)} | {pct(at.get(10), 1)} | {pct(s['peak'], 1)} ({s['peak_step']}) "
                    f"| {pct(s['final'], 1)} |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + f"\n\nOn {where_recorded(records, ['default'])}, one thread a run.\n"
+
+
+def rule_part(records, args, _):
+    """`rule LESSON`: the rule a lesson holds by in a seed, as lessons.py states it (no runs needed)."""
+    return f"*It holds in a seed when* {lessons.LESSONS[args[0]].rule}.\n"
 
 
 def header_part(records, args, _):
@@ -979,9 +984,10 @@ def profile_cell(profile, names):
 def suites():
     """The suites the pages time: (command, experiments, seeds), each as the README and EXPERIMENTS.md run it."""
     lesson_seeds, seeds = [0, 1, 2, 3, 4], [0, 1, 2]
-    out = [(name, lessons.LESSONS[name].experiments, lesson_seeds) for name in lessons.NUMBERED]
-    out.append(("fixes", list(dict.fromkeys(n for fix in lessons.FIXES.values() for n in fix.experiments)), seeds))
-    out.append(("field", list(dict.fromkeys(n for v in lessons.FIELD.values() for n in v.experiments)), seeds))
+    runs = lambda judged: [*judged.experiments, *judged.record.rivals]  # noqa: E731 (experiments.judged_runs)
+    out = [(name, runs(lessons.LESSONS[name]), lesson_seeds) for name in lessons.NUMBERED]
+    out.append(("fixes", list(dict.fromkeys(n for fix in lessons.FIXES.values() for n in runs(fix))), seeds))
+    out.append(("field", list(dict.fromkeys(n for v in lessons.FIELD.values() for n in runs(v))), seeds))
     out.append(("all", list(lessons.EXPERIMENTS), seeds))
     return out
 
@@ -1000,7 +1006,7 @@ def times_part(records, args, _):
 
 
 PARTS = {"header": header_part, "verdict": verdict_part, "lesson": lesson_part, "fixes": fixes_part,
-         "field": field_part, "claims": claims_part, "experiments": experiments_part, "signs": signs_part, "by_seed": by_seed_part,
+         "field": field_part, "claims": claims_part, "rule": rule_part, "experiments": experiments_part, "signs": signs_part, "by_seed": by_seed_part,
          "stale": stale_part, "roundings": roundings_part, "drops": drops_part, "times": times_part,
          "default_run": default_run_part, "metrics_column": metrics_column_part}
 
