@@ -8,9 +8,11 @@ by hand in a table, or a results.jsonl edited without the pages, cannot pass. Th
 record itself: a run recorded and checked again is as recorded; a number that differs, a cut line,
 a missing file each give one line that names it.
 """
+import glob
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +43,27 @@ def test_the_recorded_runs_are_unedited_commits_on_one_machine_under_its_roundin
     numbered = {n for lesson in lessons.NUMBERED for n in lessons.LESSONS[lesson].experiments}
     assert {r["experiment"] for r in records if r["rounding"] != "plain"} <= \
         numbered | set(lessons.LESSONS["naive_kl_reuse"].experiments)
+
+
+def logged_names(root=ROOT):
+    """Every name a step logs by name in the project's code: stats.mean("name", ...) and its kin, and the
+    share a field method's mask takes out (dropped["name"])."""
+    names = set()
+    for path in glob.glob(os.path.join(root, "*.py")):
+        code = open(path, encoding="utf-8").read()
+        names |= set(re.findall(r'\bstats\.(?:mean|std|min|max|ratio|count|corr)\(\s*"(\w+)"', code))
+        names |= set(re.findall(r'dropped\["(\w+)"\]', code))
+    return names
+
+
+def test_every_number_a_step_logs_has_its_row_on_docs_metrics_md():
+    """docs/metrics.md explains each logged number: a name logged in the code and missing from its table is
+    named (a row deleted from the page is caught: the planted bug of this test)."""
+    page = open(os.path.join(ROOT, "docs", "metrics.md"), encoding="utf-8").read()
+    names = logged_names()
+    assert {"reward_std", "token_weight_spread", "low_entropy_frac", "rejected_frac"} <= names  # the search finds them
+    missing = sorted(n for n in names if f"`{n}`" not in page)
+    assert missing == [], f"logged but not on docs/metrics.md: {', '.join(missing)}"
 
 
 def test_report_reads_runs_without_importing_matplotlib():
