@@ -153,6 +153,8 @@ GROUPS = {  # names that stand for several experiments on the command line
 def judged_runs(judged):
     """The experiments a lesson, fix or variant is judged on: the run without it, its own, its rivals'."""
     return [*judged.experiments, *judged.record.rivals]
+
+
 OWN_FLAGS = {  # train.py flags experiments.py sets for each run, refused after --, and what to use instead
     "--seed": "use --seeds", "--steps": "use experiments.py's own --steps", "--runs-dir": "use --runs-dir before --",
     "--run-name": "each run's is seed<k>", "--resume": "the suite resumes an interrupted run itself",

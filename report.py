@@ -1017,7 +1017,11 @@ def generate(text, records, page="page"):
         kind, *args = m[2].split()
         if kind not in PARTS:
             raise ResultsError(f"{page}: a generated part of unknown kind {kind!r} (known: {', '.join(PARTS)})")
-        return m[1] + PARTS[kind](records, args, m[3]) + m[4]
+        try:
+            return m[1] + PARTS[kind](records, args, m[3]) + m[4]
+        except KeyError as e:  # a lesson, fix or variant the part names that lessons.py no longer has
+            raise ResultsError(f"{page}: the generated part '{m[2]}' names {e}, which lessons.py does not have: "
+                               "remove the part, or name one that it has") from None
     return PART.sub(again, text)
 
 
@@ -1036,15 +1040,15 @@ def stale_parts(records, root=ROOT):
 
 
 def write_pages(records, root=ROOT):
-    """Write every page's generated parts again from the records -> the pages that changed."""
-    changed = []
+    """Write every page's generated parts again from the records -> the pages that changed. Every page is
+    generated before any is written, so that a part that cannot be generated leaves every page as it was."""
+    pages = {}
     for page in PAGES:
-        path = os.path.join(root, page)
-        with open(path, encoding="utf-8") as f:
+        with open(os.path.join(root, page), encoding="utf-8") as f:
             text = f.read()
-        new = generate(text, records, page)
+        pages[page] = (text, generate(text, records, page))
+    for page, (text, new) in pages.items():
         if new != text:
-            with open(path, "w", encoding="utf-8") as f:
+            with open(os.path.join(root, page), "w", encoding="utf-8") as f:
                 f.write(new)
-            changed.append(page)
-    return changed
+    return [page for page, (text, new) in pages.items() if new != text]

@@ -206,9 +206,11 @@ def test_a_lesson_name_runs_its_experiments(monkeypatch, tmp_path):
                                                 "--jobs", "2", "--figures", str(tmp_path / "fig")])
     args.extra = []
     experiments.main(args)
-    assert [(r.name, r.seed) for r in ran] == [(n, s) for n in lessons.LESSONS["naive_kl"].experiments for s in (0, 1)]
+    lesson = lessons.LESSONS["naive_kl"]  # its broken run and its fix, then its rivals (book_nokl), each once
+    want = list(dict.fromkeys([*lesson.experiments, *lesson.record.rivals]))
+    assert "book_nokl" in want and [(r.name, r.seed) for r in ran] == [(n, s) for n in want for s in (0, 1)]
     assert experiments.experiment_names(["fixes"]) == list(dict.fromkeys(
-        n for fix in lessons.FIXES.values() for n in (fix.without, fix.with_)))
+        n for fix in lessons.FIXES.values() for n in (fix.without, fix.with_, *fix.record.rivals)))
 
 
 def test_an_unknown_name_is_a_usage_error_in_one_line():

@@ -94,6 +94,26 @@ def test_a_number_edited_by_hand_in_a_table_is_named_with_its_page_and_part(tmp_
     assert report.stale_parts(records, root=str(tmp_path)) == []
 
 
+def test_a_part_naming_a_lesson_lessons_py_lacks_is_refused_in_one_line_before_any_page_is_written(tmp_path):
+    """The pages are written in order (README.md first): a part further on that cannot be generated must leave
+    every page as it was, the earlier ones included, and say which part to remove."""
+    records = report.load_results()
+    copy_pages(tmp_path)
+    readme = (tmp_path / "README.md").read_text()
+    part = report.PART.search(readme)  # README.md's first part, edited so that writing it again changes it
+    (tmp_path / "README.md").write_text(readme.replace(part[3], part[3] + "a stale line\n", 1))
+    experiments_md = tmp_path / "EXPERIMENTS.md"
+    gone = ("\n<!-- generated from results.jsonl: lesson instability_gone -->\nold\n"
+            "<!-- end of generated part -->\n")
+    experiments_md.write_text(experiments_md.read_text() + gone)
+    before = {page: (tmp_path / page).read_text() for page in report.PAGES}
+    with pytest.raises(report.ResultsError) as e:
+        report.write_pages(records, root=str(tmp_path))
+    assert str(e.value) == ("EXPERIMENTS.md: the generated part 'lesson instability_gone' names 'instability_gone', "
+                            "which lessons.py does not have: remove the part, or name one that it has")
+    assert {page: (tmp_path / page).read_text() for page in report.PAGES} == before
+
+
 def write_run(folder, final=0.7, threads=1):
     """A finished 20-step run folder: its config.json and metrics.jsonl, accuracy 0.25 -> 0.75 -> final."""
     folder.mkdir(parents=True)
@@ -245,13 +265,14 @@ def test_a_lesson_part_shows_one_roundings_seeds():
 
 
 def test_the_times_part_adds_each_suites_recorded_minutes_and_halves_them_for_two_jobs():
-    """A suite's row by hand: lesson 1's 10 runs of seeds 0-4 at 1.4 min add to 14, about 7 at --jobs 2; a run under
-    another rounding, a seed the command does not run, and a run without its minutes are not counted."""
+    """A suite's row by hand: lesson 1's 15 runs of seeds 0-4 (no clip, PPO's clip, and its rival, the book's clip)
+    at 1.2 min add to 18, about 9 at --jobs 2; a run under another rounding, a seed the command does not run, and
+    a run without its minutes are not counted. Lesson 2 runs its pair and its two rivals: 20 runs."""
     rec = lambda name, seed, minutes, rounding="plain": {  # noqa: E731
         "experiment": name, "seed": seed, "rounding": rounding, "summary": {"minutes": minutes}}
-    records = [rec(n, s, 1.4) for n in ("book_noclip", "book_ppo_clip") for s in range(5)]
+    records = [rec(n, s, 1.2) for n in ("book_noclip", "book_ppo_clip", "book_clip10") for s in range(5)]
     records += [rec("book_noclip", 0, 9.0, "avx2"), rec("book_noclip", 7, 9.0), rec("book_kl", 0, None),
                 rec("book_kl", 1, 0.9)]
     rows = {line.split(" | ")[0]: line for line in report.times_part(records, [], "").splitlines()[2:]}
-    assert rows["| `python experiments.py instability --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 10 of 10 | 14 | 7 min |")
-    assert rows["| `python experiments.py naive_kl --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 1 of 10 | 1 | 0 min |")
+    assert rows["| `python experiments.py instability --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 15 of 15 | 18 | 9 min |")
+    assert rows["| `python experiments.py naive_kl --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 1 of 20 | 1 | 0 min |")
