@@ -1,6 +1,6 @@
 """Plant realistic one-line bugs, one at a time, in a scratch copy; run the test meant to catch each.
 
-    python tests/plant_bugs.py            # every bug, ~22 minutes on 2 cores; prints caught / MISSED per bug
+    python tests/plant_bugs.py            # every bug, about half an hour on 2 cores; prints caught / MISSED per bug
     python tests/plant_bugs.py TIS KL     # only the bugs whose names contain one of these words
 
 Each entry is (bug, file, original text, planted text, the tests that guard it). A
