@@ -5,22 +5,26 @@ pieces in the order the step runs them.
     sample G answers per prompt (rollouts.py) -> rewards (rewards.py) -> group advantages
     -> log-probs of pi_theta, pi_old, pi_ref (logprobs.py) -> clipped ratio (+ KL) -> mean -> update
 
-    python train.py --recipe book             # the chapter's step (grpo_step_book), as its scripts run it
-    python train.py --clip 0.2 --kl 0.0       # the papers' (grpo_step_paper); config.GRPOConfig's fields are the flags
+    python train.py --recipe book             # grpo_step at the chapter's flags: what grpo_step_book does
+    python train.py                           # grpo_step at the defaults: what grpo_step_paper does
+train.py runs `grpo_step`; tests hold it equal to each textbook step at its flags (config.GRPOConfig's fields are
+the flags).
 
 Sections 1-4 are GRPO; each variant is a flag on the one function that holds its idea (`--ratio-level` on
 `policy_ratio`, ...); those with a function of their own follow in section 5, and the field's later ones (SAPO,
 GMPO, IcePop, RLOO, ...) are field_methods.py's. One that is off costs nothing and logs nothing. What a step logs
-is stats.py's. The default flags run the papers' step (DeepSeekMath's GRPO, as TRL and verl run it), which departs
-from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/) four ways, each a flag
-that `--recipe book` sets:
+is stats.py's. The default flags run the papers' form of the step (DeepSeekMath's GRPO, as TRL and verl run it,
+at two updates a rollout and no KL; `--recipe grpo` sets DeepSeekMath's own values). It departs from the book's
+scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/) five ways, each a flag that `--recipe book`
+sets:
 1. The learner scores at the sampler's temperature; the book samples at T 0.8 with top-p 0.9 and scores at
    T 1 over the whole vocabulary: `--learner-temperature 1`.
 2. Epochs reuse one rollout (`--mu`, `--minibatches`, as TRL and verl do); the book's inner epochs sample
    again from a frozen copy: `--resample-epochs`.
-3. The ratio is per token; the book's summed sequence ratio and `torch.where` objective are
-   `--ratio-level sequence --objective book`.
-4. The KL is k3 per token; the book's k1 on summed log-probs is `--kl-estimator k1 --kl-level sequence`.
+3. The ratio is per token; the book's ratio of summed log-probs is `--ratio-level sequence`.
+4. The ratio is clipped by PPO's `min` at eps 0.2; the book's `torch.where` form at eps 10 is
+   `--objective book --clip 10`.
+5. The KL is k3 per token; the book's k1 on summed log-probs is `--kl-estimator k1 --kl-level sequence`.
    A reference model exists only when beta > 0, as in `7_5_plus_kl.py`.
 Log-probs come from kernels that never materialise an (N, V) log-softmax (logprobs.py); the two textbook steps use
 its `token_logprobs_reference`, which gives the same numbers.
@@ -48,7 +52,8 @@ def grpo_step_book(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, 
     7_5_plus_kl.py: train_rlvr_grpo, compute_grpo_loss_plus_kl) -> the last update's loss. Each inner epoch samples
     new answers from a copy of the policy frozen for the step; an answer's log-prob is summed over its tokens and
     scored at temperature 1; the ratio of those sums is clipped in the book's torch.where form; the KL is k1 on
-    them. `grpo_step` under --recipe book leaves the same weights and loss (tests/test_grpo_step.py::test_the_book_*)."""
+    them. `grpo_step` under --recipe book leaves the same weights and loss
+    (tests/test_grpo_step.py::test_the_books_step_and_grpo_step_under_recipe_book_leave_the_same_weights_and_loss)."""
     problems = [next_problems() for _ in range(n_prompts)]
     pi_old = copy.deepcopy(policy).requires_grad_(False)  # frozen for the step: every inner epoch samples from it
     for _ in range(cfg.mu):  # the book's inner epochs, each on answers of its own
@@ -59,7 +64,8 @@ def grpo_step_book(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, 
         def logp(model):  # (B,) each answer's log-prob, its tokens' summed, at temperature 1
             return token_logprobs_reference(model, batch.tokens, batch.mask, batch.loss_mask, 1.0)[0].sum(1)
         with torch.no_grad():  # pi_old and pi_ref (the warm start), fixed for the update
-            old_logp, ref_logp = logp(pi_old), logp(ref_policy) if cfg.kl > 0 else None
+            old_logp = logp(pi_old)
+            ref_logp = logp(ref_policy) if cfg.kl > 0 else None
         new_logp = logp(policy)  # pi_theta's sums, with gradient
         ratio = torch.exp(new_logp - old_logp)  # (B,) a whole answer's ratio
         unclipped, clipped = ratio * A, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * A  # the book's eps: 10
@@ -86,7 +92,8 @@ def grpo_step_paper(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg,
     def logp(model):  # (B, T) log pi of each answer token, by the full log-softmax (logprobs.py)
         return token_logprobs_reference(model, batch.tokens, batch.mask, batch.loss_mask, cfg.temperature)[0]
     with torch.no_grad():  # pi_old (the policy that sampled) and pi_ref (the warm start), fixed for all updates
-        old_logp, ref_logp = logp(policy), logp(ref_policy) if cfg.kl > 0 else None
+        old_logp = logp(policy)
+        ref_logp = logp(ref_policy) if cfg.kl > 0 else None
     for _ in range(cfg.mu):  # mu updates on one batch: the first at ratio 1, the later ones off-policy
         new_logp = logp(policy)  # pi_theta, with gradient
         ratio = torch.exp(new_logp - old_logp)  # (B, T) pi_theta / pi_old
