@@ -461,7 +461,7 @@ def launch(run, what, detail, nproc, progress):
     elif what == "new":
         what = "started"
     cmd = run.cmd if what != "resume" else [*launcher(nproc), "--resume", run.folder, "--threads", str(run.args.threads)]
-    env = {**os.environ, **provenance.ROUNDINGS[run.rounding][1]}  # a rounding's vector width, for this run only
+    env = provenance.rounding_env(run.rounding)  # a rounding's vector width, for this run only, whatever the shell's
     what = f"resumed at step {detail}" if what == "resume" else what
     os.makedirs(run.folder, exist_ok=True)
     log = open(os.path.join(run.folder, "train.log"), "a")

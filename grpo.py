@@ -5,10 +5,8 @@ pieces in the order the step runs them.
     sample G answers per prompt (rollouts.py) -> rewards (rewards.py) -> group advantages
     -> log-probs of pi_theta, pi_old, pi_ref (logprobs.py) -> clipped ratio (+ KL) -> mean -> update
 
-    python train.py --recipe book             # grpo_step at the chapter's flags: what grpo_step_book does
-    python train.py                           # grpo_step at the defaults: what grpo_step_paper does
-train.py runs `grpo_step`; tests hold it equal to each textbook step at its flags (config.GRPOConfig's fields are
-the flags).
+    python train.py --recipe book   # grpo_step at the chapter's flags: what grpo_step_book does (a test holds it)
+    python train.py                 # grpo_step at the defaults: what grpo_step_paper does (config.GRPOConfig: flags)
 
 Sections 1-4 are GRPO; each variant is a flag on the one function that holds its idea (`--ratio-level` on
 `policy_ratio`, ...); those with a function of their own follow in section 5, and the field's later ones (SAPO,
@@ -22,8 +20,7 @@ sets:
 2. Epochs reuse one rollout (`--mu`, `--minibatches`, as TRL and verl do); the book's inner epochs sample
    again from a frozen copy: `--resample-epochs`.
 3. The ratio is per token; the book's ratio of summed log-probs is `--ratio-level sequence`.
-4. The ratio is clipped by PPO's `min` at eps 0.2; the book's `torch.where` form at eps 10 is
-   `--objective book --clip 10`.
+4. The ratio is clipped by PPO's `min` at eps 0.2; the book's `torch.where` form at 10 is `--objective book --clip 10`.
 5. The KL is k3 per token; the book's k1 on summed log-probs is `--kl-estimator k1 --kl-level sequence`.
    A reference model exists only when beta > 0, as in `7_5_plus_kl.py`.
 Log-probs come from kernels that never materialise an (N, V) log-softmax (logprobs.py); the two textbook steps use

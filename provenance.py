@@ -195,6 +195,14 @@ ROUNDINGS = {
 }
 
 
+def rounding_env(rounding, environ=None):
+    """The environment a run under `rounding` gets: this process's, with ATEN_CPU_CAPABILITY exactly the rounding's
+    (none for plain and threads2), whatever the shell set. A shell's ATEN_CPU_CAPABILITY=avx2 would otherwise run
+    every plain run at AVX2 and record it so, and the next plain command would find runs of another rounding."""
+    own = {k: v for k, v in (os.environ if environ is None else environ).items() if k != "ATEN_CPU_CAPABILITY"}
+    return {**own, **ROUNDINGS[rounding][1]}
+
+
 def rounding_dir(runs_dir, rounding):
     """Where a rounding's runs go: runs_dir for plain, runs_dir-<rounding> for another (runs/exp-avx2)."""
     return runs_dir if rounding == "plain" else f"{runs_dir.rstrip('/')}-{rounding}"

@@ -93,6 +93,21 @@ def test_a_process_rounding_is_named_by_its_threads_and_vector_width(threads, en
     assert provenance.rounding_name(threads, env) == name
 
 
+@pytest.mark.parametrize("shell, rounding, held", [
+    ({}, "plain", None), ({}, "avx2", "avx2"), ({}, "scalar", "default"),
+    ({"ATEN_CPU_CAPABILITY": "avx2"}, "plain", None),         # the shell's width is not the plain run's
+    ({"ATEN_CPU_CAPABILITY": "avx2"}, "threads2", None),
+    ({"ATEN_CPU_CAPABILITY": "avx2"}, "scalar", "default"),   # the rounding's own, not the shell's
+    ({"ATEN_CPU_CAPABILITY": "default"}, "avx2", "avx2")])
+def test_a_runs_environment_holds_its_roundings_width_whatever_the_shell_set(shell, rounding, held):
+    """experiments.py starts each run under rounding_env: a plain run under a shell's ATEN_CPU_CAPABILITY=avx2 would
+    run at AVX2 and record avx2, and the same plain command after it would refuse the folder as another rounding's."""
+    env = provenance.rounding_env(rounding, {"PATH": "/bin", **shell})
+    assert env.get("ATEN_CPU_CAPABILITY") == held and env["PATH"] == "/bin"
+    threads = provenance.ROUNDINGS[rounding][0]
+    assert provenance.rounding_name(threads, env) == rounding  # the name the run will record
+
+
 @pytest.mark.parametrize("names, native, held, message", [
     (["plain", "threads2"], "AVX512", None, None),               # nothing to ask the machine
     (["avx2"], "AVX512", "AVX2", None),
