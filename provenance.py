@@ -222,9 +222,8 @@ def capability_under(env):
     """The vector width PyTorch's kernels use in a fresh process under env (e.g. 'AVX2'; {}: the machine's own,
     whatever width this process was held to): asked of PyTorch itself, since a width the CPU lacks is silently
     replaced by one it has."""
-    own = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
     out = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
-                         env={**own, **env}, capture_output=True, text=True, timeout=120)
+                         env={**rounding_env("plain"), **env}, capture_output=True, text=True, timeout=120)
     return out.stdout.strip()
 
 
