@@ -376,7 +376,11 @@ def inert_flags(args):
              "kl_cov": (args.mu * args.minibatches == 1 and not args.rollout_lag,
                         "with one update a rollout (--mu 1 --minibatches 1): log pi - log pi_old is 0"),
              "lag_pi_old": (not args.rollout_lag, "without --rollout-lag (the learner is the sampler)"),
-             "adv_norm": (args.baseline != "group", f"with --baseline {args.baseline}, which brings its own scale"),
+             "adv_norm": (args.baseline != "group" or args.reward_norm == "norm_then_sum",
+                          f"with --baseline {args.baseline}, which brings its own scale" if args.baseline != "group"
+                          else "with --reward-norm norm_then_sum (GDPO normalises over the batch, as its code does)"),
+             "top_entropy_random": (args.top_entropy_quantile >= 1,
+                                    "without --top-entropy-quantile below 1 (every token is kept)"),
              "tis_floor": (not args.tis_cap, "without --tis-cap (no importance weight to bound)"),
              "tis_mode": (not args.tis_cap, "without --tis-cap (no importance weight to bound)"),
              "rejection_bound": (not args.rejection, "without --rejection"),
@@ -661,6 +665,18 @@ def prune_saves(run_dir, keep):
     for _, name in saved[:-keep] if keep > 0 else ():
         path = os.path.join(run_dir, name)
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+
+
+RUN_ONLY = {"run_name", "runs_dir", "resume", "seed", "threads", "device", "steps", "typed_flags", "print_config",
+            "recipe", "init"}  # where and how long a run goes, not what it computes
+
+
+def flags_off_default(args):
+    """'--format-weight 1e+300, --lr 0.0003': the flags whose resolved value is not train.py's default (a recipe's
+    included), what a learner changed: for the line a non-finite loss stops a run with."""
+    defaults = vars(get_parser().parse_args([]))
+    return ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+                     if k not in RUN_ONLY and k in defaults and v != defaults[k])
 
 
 def last_good(args, run_dir, step, saved_step):

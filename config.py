@@ -56,7 +56,8 @@ class GRPOConfig:
     baseline: str = knob("advantages and sampling", "group", "what each reward is compared with: its group's mean, then "
                          "--adv-norm (GRPO); the mean of the other G - 1 answers, undivided (leave_one_out: RLOO, "
                          "Ahmadian et al. 2024; verl's rloo); the batch's mean over its tokens, divided by their std "
-                         "(batch: REINFORCE++, Hu 2025; verl's reinforce_plus_plus)", ["group", "leave_one_out", "batch"])
+                         "(batch: REINFORCE++, Hu 2025; verl's reinforce_plus_plus); or none at all, the reward itself (REINFORCE, "
+                         "the run RLOO's source compares with)", ["group", "leave_one_out", "batch", "none"])
     adv_clip: float = knob("advantages and sampling", 0.0, "C: clamp each advantage to [-C, C], so that one right answer "
                            "in a group of wrong ones weighs at most C (0: off)")
     reward_norm: str = knob("advantages and sampling", "sum_then_norm", "normalise the summed reward, or each term "
@@ -116,6 +117,8 @@ class GRPOConfig:
     top_entropy_quantile: float = knob("objective", 1.0, "rho: the policy gradient only on the update's top rho of "
                                        "tokens by entropy, and the entropy bonus too, as TRL's (the 80/20 rule, arXiv "
                                        "2506.01939, which uses 0.2; TRL top_entropy_quantile; 1: every token)")
+    top_entropy_random: bool = knob("objective", False, "the control --top-entropy-quantile is judged against: keep "
+                                    "the same share of tokens, drawn at random, not the highest-entropy ones")
     kl_cov: float = knob("objective", 0.0, "k: KL-Cov (Cui et al.), the share k of an update's tokens whose log-prob "
                          "most covaries with their advantage pay |log pi - log pi_old| (verl's kl_cov_ratio; 0: off)")
     fused_head: bool = knob("objective", True, "log-probs straight from hidden states (never the logits)")

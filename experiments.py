@@ -147,12 +147,13 @@ GROUPS = {  # names that stand for several experiments on the command line
     "lessons": lambda: [n for lesson in lessons.LESSONS.values() for n in judged_runs(lesson)],
     "fixes": lambda: [n for fix in lessons.FIXES.values() for n in judged_runs(fix)],
     "field": lambda: [n for variant in lessons.FIELD.values() for n in judged_runs(variant)],
+    # the runs each margin is set from (seeds 0-4 of every run without a method), before the methods' own runs
+    "withouts": lambda: [n for _, judged in lessons.judged() for n in report.needed(judged)
+                         if n != judged.experiments[1]],
 }
 
 
-def judged_runs(judged):
-    """The experiments a lesson, fix or variant is judged on: the run without it, its own, its rivals'."""
-    return [*judged.experiments, *judged.record.rivals]
+judged_runs = report.judged_runs  # a lesson's, fix's or variant's experiments: its two runs, those it reads, its rivals
 
 
 OWN_FLAGS = {  # train.py flags experiments.py sets for each run, refused after --, and what to use instead

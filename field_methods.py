@@ -1,22 +1,25 @@
-"""The field past the chapter: GRPO's variants that TRL and verl ship, each a flag that is off by default.
+"""GRPO's variants with a function of their own, each a flag that is off by default: the chapter's closing list's
+and the field's past the chapter, the ones TRL and verl ship.
 
     python train.py --objective sapo                       # SAPO's gate in place of PPO's clip
     python train.py --recipe gmpo                          # GMPO, at verl's GMPO clip range
     python train.py --tis-cap 2 --tis-floor 0.5 --tis-mode token_mask   # IcePop's masked importance sampling
     python train.py --baseline leave_one_out               # RLOO's advantage
 
-grpo.py keeps the chapter's GRPO; each function here is called by the function of grpo.py that
-holds its idea (`group_advantages`, `grpo_loss`'s objectives, `tis_weights`, `aggregate`,
-`kl_penalty`), and only when its flag is on, so a run without them computes exactly what it did
-before. The adaptive entropy coefficient, the one variant that carries a number from step to
-step, is kept by train.py (`entropy_control_*`, saved in each checkpoint). In the order a step
-meets them:
+grpo.py keeps GRPO; each function here is called by the function of grpo.py that holds its idea
+(`advantages`, `objective`, `grpo_loss`, `aggregate`, `kl_penalty`), and only when its flag is on, so a run
+without them computes exactly what plain GRPO does. The adaptive entropy coefficient, the one variant that carries
+a number from step to step, is kept by train.py (`entropy_control_*`, saved in each checkpoint). In the order a
+step meets them:
 
-    1. baselines      leave-one-out (RLOO), the batch's (REINFORCE++)
-    2. objectives     SAPO, GMPO, DPPO-TV / -KL, VESPO
-    3. corrections    masked and sequence-level importance sampling (IcePop, MIS), divergence rejection
-    4. masks, sums    the high-entropy tokens (the 80/20 rule), BNPO's and LUSPO's normalisers
-    5. the KL         k3+
+    1. the batch      the book's frozen copy (inner epochs); GDPO's advantages; the baselines: RLOO, REINFORCE++,
+                      none (REINFORCE)
+    2. objectives     the book's torch.where clip, CISPO, SAPO, GMPO, DPPO-TV / -KL, VESPO
+    3. corrections    what is dropped before the objective: off-policy masking, divergence rejection; truncated,
+                      masked and sequence-level importance sampling (TIS, IcePop, MIS)
+    4. masks, sums    what changes after it: KL-Cov, the high-entropy tokens (the 80/20 rule); BNPO's and LUSPO's
+                      normalisers
+    5. the KL         k3+, and the gradient bias of each estimator (--exact-kl)
     6. between steps  the adaptive entropy coefficient (Skywork-OR1)
 
 Each function names the source its formula was checked against: the paper, and TRL's
@@ -25,22 +28,48 @@ or the authors' own code. Where this file departs from a source, the function sa
 This file imports nothing of grpo.py (grpo.py imports it): where it needs grpo's per-answer
 mean it writes the line out again.
 """
+import copy
 import math
 
 import torch
 
-from distributed import all_sum, global_mean
+from distributed import all_sum, global_mean, global_std
 
 
-# ---------------------------------------------------------------- 1. baselines
+# ---------------------------------------------------------------- 1. the batch: its sampler, its advantages
+
+def frozen_copy(policy, cfg):
+    """The policy that samples each of a step's batches, pi_old: the policy itself, or with --resample-epochs (the
+    book's inner epochs, more than one) a copy frozen at the step's first weights, from which every epoch samples
+    new answers."""
+    if cfg.resample_epochs and cfg.mu > 1:
+        return copy.deepcopy(policy).requires_grad_(False)
+    return policy
+
+
+def gdpo_advantages(term_advantages, weights, eps=1e-4):
+    """GDPO (Liu et al. 2026, arXiv 2601.05242; NVlabs/GDPO, its TRL and verl versions), `--reward-norm
+    norm_then_sum`: each reward term's group advantage first (term_advantages: name -> (B,), grpo.group_advantages
+    of that term alone), summed with its weight, and the sum normalised over the whole batch,
+        s = sum_k w_k * (r_k - mean_group(r_k)) / (std_group(r_k) + eps),     A = (s - mean_batch(s)) / (std_batch(s) + eps)
+    so a dense term (format) cannot set the group's std and drown a sparse one (correctness), and two answers whose
+    terms differ get different advantages where their weighted sums tie. The book's gdpo.py trains one prompt a step,
+    where the group is the batch. Under torchrun the batch is every rank's. -> (B,)"""
+    s = sum(w * term_advantages[k] for k, w in weights.items() if w != 0)  # (B,)
+    return (s - global_mean(s.sum(), s.numel())) / (global_std(s) + eps)
+
+
 
 def baseline_advantages(rewards, G, baseline, lengths):
     """(B,) advantages by a baseline other than the group's mean (--baseline; grpo.group_advantages calls this
-    for leave_one_out and batch, verl's adv_estimator rloo and reinforce_plus_plus). rewards, lengths (B,)."""
+    for leave_one_out and batch, verl's adv_estimator rloo and reinforce_plus_plus, and for none, REINFORCE
+    without a baseline: A_i = r_i). rewards, lengths (B,)."""
     if baseline == "leave_one_out":
         return leave_one_out_advantages(rewards, G)
     if baseline == "batch":
         return reinforce_pp_advantages(rewards, lengths)
+    if baseline == "none":  # REINFORCE (Williams 1992): the reward itself, the run RLOO's source compares with
+        return rewards.clone()
     raise ValueError(f"unknown baseline {baseline!r}")
 
 
@@ -85,6 +114,10 @@ def objective(ratio, A, logp, old_logp, sampler_logp, mask, cfg, is_weights=None
     pi / pi_sampler corrects for the sampler already (its authors ignore them; cli.py refuses the pair); VESPO
     inside its own weight of the answer, which it returns in their place."""
     eps_low, eps_high = cfg.clip_range
+    if cfg.objective == "book":
+        return (*book_objective(ratio, A, eps_low, eps_high), is_weights)
+    if cfg.objective == "cispo":
+        return (*cispo_objective(ratio, A, logp, eps_low, eps_high), is_weights)
     if cfg.objective == "sapo":
         return (*sapo_objective(ratio, A, cfg.sapo_tau_pos, cfg.sapo_tau_neg), is_weights)
     if cfg.objective == "gmpo":
@@ -96,6 +129,37 @@ def objective(ratio, A, logp, old_logp, sampler_logp, mask, cfg, is_weights=None
         phi = vespo_weights(logp, old_logp, A, mask, is_weights, *kernel)  # (B, 1)
         return (*policy_gradient(A, logp), phi)
     raise ValueError(f"unknown objective {cfg.objective!r}")
+
+
+def book_objective(ratio, adv, eps_low, eps_high):
+    """The book's clipped objective (7_4_plus_clip_ratio.py on), `--objective book`, maximised:
+        torch.where(A >= 0, min(r A, clip(r) A), max(r A, clip(r) A))
+    For A < 0 the max is A * min(r, clip(r)): it clips where r has grown (a bad answer made likelier, where PPO
+    keeps the gradient), never where it shrank. So for either sign the gradient stops only once r > 1+eps_high
+    (the book's eps 10: r > 11). -> (surrogate, low, high) as grpo.clipped_objective; low never binds."""
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1 - eps_low, 1 + eps_high) * adv
+    surr = torch.where(adv >= 0, torch.minimum(unclipped, clipped), torch.maximum(unclipped, clipped))
+    high = (ratio > 1 + eps_high).expand_as(surr)
+    return surr, torch.zeros_like(high), high
+
+
+def cispo_objective(ratio, adv, logp, eps_low, eps_high):
+    """CISPO (MiniMax-M1, arXiv 2506.13585, sec. 3.1), `--objective cispo`: sg(clip(r)) * A * logp. The clipped ratio
+    only weights the gradient, so every token keeps one (PPO drops clipped tokens). -> (surr, low, high): where it is
+    clipped."""
+    surr = ratio.clamp(1 - eps_low, 1 + eps_high).detach() * adv * logp
+    low = (ratio < 1 - eps_low).expand_as(surr)
+    high = (ratio > 1 + eps_high).expand_as(surr)
+    return surr, low, high
+
+
+def sapo_gate(ratio, A, tau_pos, tau_neg):
+    """SAPO's gate on each token's policy gradient, against the plain one's: 4 sigmoid (1 - sigmoid) of tau (r - 1),
+    1 at r = 1 and smaller away from it (stats.py logs its mean: what SAPO does). ratio (B, T), A (B, 1)."""
+    tau = torch.where(A > 0, tau_pos, tau_neg)  # (B, 1)
+    s = torch.sigmoid(tau * (ratio - 1))
+    return 4 * s * (1 - s)
 
 
 def geometric_mean(weights, mask):
@@ -218,6 +282,50 @@ def policy_gradient(A, logp):
 
 # ---------------------------------------------------------------- 3. corrections towards the learner
 
+def drop_before_the_objective(logp, old_logp, sampler_logp, adv, loss_mask, cfg):
+    """The corrections that take tokens or answers out before the objective sees them -> (loss_mask, adv, kept,
+    dropped): --rejection (verl's rollout_rs: tokens, or whole answers, too far from their sampler leave the mask)
+    and --off-policy-mask (DeepSeek-V3.2: negative answers far off the sampler get A = 0; kept (B,), else None).
+    dropped: name -> (B, T) bool, what a mask took out, for the log. Both off: the inputs as they are."""
+    kept = None
+    dropped = {}
+    if cfg.rejection:
+        keep = rejection_keep(old_logp, sampler_logp, loss_mask, cfg.rejection, cfg.rejection_bound)
+        dropped["rejected_frac"] = loss_mask & ~keep
+        loss_mask = loss_mask & keep
+    if math.isfinite(cfg.off_policy_mask):
+        kept = off_policy_keep(logp, sampler_logp, adv, loss_mask, cfg.off_policy_mask)  # (B,)
+        adv = adv * kept
+    return loss_mask, adv, kept, dropped
+
+
+def tis_weights(old_logp, sampler_logp, cap, mask=None, cfg=None):
+    """Truncated importance sampling (Yao et al. 2025; TRL vllm_importance_sampling_correction, verl rollout_is token),
+    `--tis-cap C`: the tokens were drawn by the sampler
+    (temperature, top-k, top-p, --sampler-dtype), not by pi_old, so each token's term is re-weighted towards
+    the learner, capped so a rare token cannot blow up the update: w_t = min(pi_old / pi_sampler, C). (B, T)
+    --tis-floor, --tis-mode (IcePop's mask, one weight an answer): importance_weights."""
+    if cap <= 0:
+        return torch.ones_like(old_logp)
+    if cfg is not None and (cfg.tis_mode != "token_truncate" or cfg.tis_floor > 0):
+        return importance_weights(old_logp, sampler_logp, mask, cap, cfg.tis_floor, cfg.tis_mode)
+    return torch.exp((old_logp - sampler_logp).clamp(max=20.0)).clamp(max=cap)  # the log clamped as grpo.safe_exp
+
+
+@torch.no_grad()
+def off_policy_keep(logp, sampler_logp, adv, loss_mask, delta):
+    """DeepSeek-V3.2's off-policy sequence masking (arXiv 2512.02556, sec. 3.1), `--off-policy-mask DELTA`: drop a
+    sequence (weight 0) with a negative advantage whose length-normalised KL from the sampler exceeds delta,
+
+        keep_i = 0  if  A_i < 0  and  (1/|o_i|) sum_t (log pi_sampler - log pi)(o_t) > delta
+
+    (the sampler-side estimate, as the book's deepseek_v32_style.py): negatives the policy has left. (B,)"""
+    m = loss_mask.to(logp.dtype)
+    kl = ((sampler_logp - logp) * m).sum(1) / m.sum(1).clamp(min=1)  # (B,) each answer's mean, as grpo.sequence_mean
+    return (~((adv < 0) & (kl > delta))).to(logp.dtype)
+
+
+
 @torch.no_grad()
 def importance_weights(old_logp, sampler_logp, mask, cap, floor, mode):
     """Importance weights w = pi_old / pi_sampler, bounded to [floor, cap] (--tis-cap, --tis-floor) as --tis-mode
@@ -276,8 +384,23 @@ def rejection_keep(old_logp, sampler_logp, mask, rule, bound):
 
 # ---------------------------------------------------------------- 4. masks and normalisers
 
+def change_after_the_objective(surrogate, logp, old_logp, A, entropy, loss_mask, cfg, dropped):
+    """The variants that change the objective's terms token by token -> (surrogate, the tokens the entropy bonus
+    reads): KL-Cov (Cui et al.: the few tokens that drive the entropy down held back) and the 80/20 rule (the
+    policy gradient on the high-entropy tokens alone, and, as TRL's, the entropy bonus too). Both off: as they are."""
+    bonus_mask = loss_mask
+    if cfg.kl_cov > 0:
+        surrogate = surrogate - kl_cov_penalty(logp, old_logp, A, loss_mask, cfg.kl_cov)  # (B, T)
+    if cfg.top_entropy_quantile < 1:
+        bonus_mask = high_entropy_mask(entropy.detach(), loss_mask, cfg.top_entropy_quantile, cfg.top_entropy_random)
+        dropped["low_entropy_frac"] = loss_mask & ~bonus_mask
+        surrogate = surrogate * bonus_mask
+    return surrogate, bonus_mask
+
+
+
 @torch.no_grad()
-def high_entropy_mask(entropy, mask, rho):
+def high_entropy_mask(entropy, mask, rho, random=False):
     """Beyond the 80/20 rule (arXiv 2506.01939; TRL grpo_trainer get_high_entropy_mask, top_entropy_quantile),
     --top-entropy-quantile rho: the policy gradient only on the update's "forking" tokens, the top rho of its
     completion tokens by the learner's entropy,
@@ -288,11 +411,13 @@ def high_entropy_mask(entropy, mask, rho):
     divides by the completion mask, so their terms are 0, not absent. The KL keeps every token; the entropy bonus
     reads the kept ones alone, as TRL's (grpo_loss). Two departures from TRL: --adaptive-entropy's controller
     measures the entropy over every token (TRL: over the kept ones), and the quantile is over this rank's tokens
-    (TRL gathers every process's).
+    (TRL gathers every process's). random (--top-entropy-random): the control the rule's claim is judged against,
+    the same share of tokens kept, drawn at random (the step's draws: train.py seeds them by the step).
     entropy, mask (B, T) -> (B, T) bool"""
     real = mask.bool()
-    tau = torch.quantile(entropy[real].float(), 1 - rho)
-    return real & (entropy >= tau)
+    score = torch.rand(entropy.shape, device=entropy.device) if random else entropy  # (B, T)
+    tau = torch.quantile(score[real].float(), 1 - rho)
+    return real & (score >= tau)
 
 
 def kl_cov_penalty(logp, old_logp, A, mask, k):
@@ -345,17 +470,26 @@ def k3_plus(log_r):
     return k2 - k2.detach() + k3.detach()
 
 
-def kl_grad_bias(lp, ref, estimator):
-    """--exact-kl's kl_grad_bias, what k3+ exists to remove: how far the KL estimator's gradient, in expectation
-    over the tokens pi samples, is from the exact KL's gradient (Schulman, "Approximating KL"; verl's kl_penalty),
-    summed over the n positions: sum_t |E_y[g_t] - g*_t| / sum_t |g*_t|. At a position with log-probs lp, ref (V,)
-    over the vocabulary, an estimator of log r = ref - lp at the sampled y has the gradient f(y) (e_y - pi) in the
-    logits, f its derivative in log pi(y); so
+def kl_grad_bias(lp, ref, estimator, reweighted=False):
+    """--exact-kl's kl_grad_bias, what k3+ and the re-weighted KL exist to remove: how far the KL estimator's
+    gradient, in expectation over the tokens it is computed on, is from the exact KL's gradient (Schulman,
+    "Approximating KL"; verl's kl_penalty), summed over the n positions: sum_t |E_y[g_t] - g*_t| / sum_t |g*_t|.
+    At a position with log-probs lp, ref (V,) over the vocabulary, an estimator k of log r = ref - lp at the sampled
+    y has the gradient f(y) (e_y - pi) in the logits, f = dk / d log pi(y); over y ~ pi,
         E_y~pi [ f(y) (e_y - pi) ] = pi f - pi sum_y pi(y) f(y),     g* = grad KL(pi || pi_ref) = pi (lp - ref - KL)
     k1: f = 1, E = 0 (no pull at all); k2 and k3+: f = lp - ref, E = g* (unbiased); k3: f = 1 - pi_ref / pi,
-    E = pi - pi_ref, the gradient of the other direction, KL(pi_ref || pi). lp, ref (n, V) -> a 0-d tensor"""
+    E = pi - pi_ref, the gradient of the other direction, KL(pi_ref || pi).
+    reweighted (--kl-reweight, DeepSeek-V3.2): the term is w k, w = pi / pi_old carrying its gradient, on pi_old's
+    samples; its gradient w (k + f) (e_y - pi), over y ~ pi_old, is E_y~pi [ (k + f) (e_y - pi) ]: the formula
+    above with f replaced by k + f, whatever pi_old is. k3: k + f = lp - ref, unbiased (k2's); k1 too; k2 and k3+
+    not. Without reweighting, the expectation is over pi's own samples: the bias on-policy, the least it can be.
+    lp, ref (n, V) -> a 0-d tensor"""
     p, d = lp.exp(), (lp - ref).nan_to_num(0.0)  # (n, V)
-    f = {"k1": torch.ones_like(d), "k2": d, "k3+": d, "k3": 1 - (ref - lp).exp().nan_to_num(0.0)}[estimator]
+    r = (ref - lp).exp().nan_to_num(0.0)  # (n, V) pi_ref / pi
+    f = {"k1": torch.ones_like(d), "k2": d, "k3+": d, "k3": 1 - r}[estimator]  # d k / d log pi
+    if reweighted:
+        k = {"k1": d, "k2": 0.5 * d ** 2, "k3+": r - 1 + d, "k3": r - 1 + d}[estimator]  # the estimate's value
+        f = k + f
     expected = p * f - p * (p * f).sum(-1, keepdim=True)  # (n, V)
     exact = p * (d - (p * d).sum(-1, keepdim=True))  # (n, V)
     return (expected - exact).abs().sum() / exact.abs().sum().clamp(min=1e-30)

@@ -1,33 +1,32 @@
-"""laptop-grpo's GRPO: the chapter's step as its scripts write it (`grpo_step_book`), GRPO's step as the papers
-write it (`grpo_step_paper`), the one step with every variant's switch that runs both (`grpo_step`), then each of its
-pieces in the order the step runs them.
+"""GRPO's step, as train.py runs it every step, then its pieces in the order the step runs them:
 
-    sample G answers per prompt (rollouts.py) -> rewards (rewards.py) -> group advantages
-    -> log-probs of pi_theta, pi_old, pi_ref (logprobs.py) -> clipped ratio (+ KL) -> mean -> update
+    sample G answers to each prompt, score them (rollouts.py, rewards.py) -> group-relative advantages
+    -> log-probs of pi_old and pi_ref, fixed -> for each update: pi_theta's log-probs (logprobs.py),
+    the clipped ratio pi_theta / pi_old times A (+ beta KL to pi_ref), a mean over the tokens, a step
 
-    python train.py --recipe book   # grpo_step at the chapter's flags: what grpo_step_book does (a test holds it)
-    python train.py                 # grpo_step at the defaults: what grpo_step_paper does (config.GRPOConfig: flags)
+    python train.py                  # this step at its defaults (config.GRPOConfig: the flags)
+    python train.py --recipe book    # the same step at the chapter's flags
 
-Sections 1-4 are GRPO; each variant is a flag on the one function that holds its idea (`--ratio-level` on
-`policy_ratio`, ...); those with a function of their own follow in section 5, and the field's later ones (SAPO,
-GMPO, IcePop, RLOO, ...) are field_methods.py's. One that is off costs nothing and logs nothing. What a step logs
-is stats.py's. The default flags run the papers' form of the step (DeepSeekMath's GRPO, as TRL and verl run it,
-at two updates a rollout and no KL; `--recipe grpo` sets DeepSeekMath's own values). It departs from the book's
-scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/) five ways, each a flag that `--recipe book`
-sets:
-1. The learner scores at the sampler's temperature; the book samples at T 0.8 with top-p 0.9 and scores at
-   T 1 over the whole vocabulary: `--learner-temperature 1`.
-2. Epochs reuse one rollout (`--mu`, `--minibatches`, as TRL and verl do); the book's inner epochs sample
+The defaults are DeepSeekMath's GRPO (arXiv 2402.03300) as TRL and verl run it, with two changes: two updates on
+each batch of answers, where the paper takes one, so that the ratio leaves 1 and the clip has work to do; and no
+KL penalty, as DAPO, Dr. GRPO and the book's 7_4 have none (`--recipe grpo` sets the paper's one update and beta
+0.04). Each variant is a flag on the one function that holds its idea (--ratio-level on `policy_ratio`,
+--kl-estimator on `kl_penalty`, ...), and a variant with a function of its own enters as one named call that does
+the plain thing while its flag is off; those functions are field_methods.py's. What a step logs is stats.py's:
+`grpo_step` hands each update to `watch`, which does nothing unless a caller gives one. reference.py writes the
+chapter's step and the papers' as their authors do; tests hold this step equal to each at its flags.
+
+Where this step departs from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/),
+each a flag that `--recipe book` sets back:
+1. The learner scores at the sampler's temperature; the book samples at T 0.8 with top-p 0.9 and scores at T 1 over
+   the whole vocabulary: `--learner-temperature 1`.
+2. Epochs reuse one batch of answers (`--mu`, `--minibatches`, as TRL and verl do); the book's inner epochs sample
    again from a frozen copy: `--resample-epochs`.
 3. The ratio is per token; the book's ratio of summed log-probs is `--ratio-level sequence`.
 4. The ratio is clipped by PPO's `min` at eps 0.2; the book's `torch.where` form at 10 is `--objective book --clip 10`.
-5. The KL is k3 per token; the book's k1 on summed log-probs is `--kl-estimator k1 --kl-level sequence`.
-   A reference model exists only when beta > 0, as in `7_5_plus_kl.py`.
-Log-probs come from kernels that never materialise an (N, V) log-softmax (logprobs.py); the two textbook steps use
-its `token_logprobs_reference`, which gives the same numbers.
+5. The KL is k3 per token; the book's k1 on summed log-probs is `--kl-estimator k1 --kl-level sequence`. A reference
+   model exists only when beta > 0, as in `7_5_plus_kl.py`.
 """
-import copy
-import math
 from typing import NamedTuple
 
 import torch
@@ -35,141 +34,107 @@ import torch
 import field_methods
 import rewards
 from config import RECIPES, GRPOConfig  # noqa: F401 (grpo.GRPOConfig and grpo.RECIPES: the settings a step reads)
-# torchrun's part in a step: five helpers, each one named call below. In one process each is the plain formula
-# (unwrap: the policy; same_count: the minibatches; global_mean: sum / count; global_std: .std(); everywhere_finite:
-# the loss and the gradient norm are finite); under N ranks each makes its number the whole batch's (distributed.py).
-from distributed import everywhere_finite, global_mean, global_std, same_count, unwrap
-from logprobs import token_logprobs, token_logprobs_reference, vocab_logprobs
+# torchrun's part, each one call: global_mean (sum / count), global_std (.std()), same_count (the minibatches),
+# everywhere_finite (the loss and the gradient norm): in one process the plain formula (distributed.py)
+from distributed import everywhere_finite, global_mean, global_std, same_count
+from logprobs import token_logprobs
 from rollouts import lagged_batch, minibatch_rows, rollout, sample_batch
-from stats import StepStats, batch_stats, update_stats
 
 
-def grpo_step_book(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator):
-    """One step of the chapter's own GRPO, as its scripts write it (ch07/03_rlvr_grpo_scripts_advanced/
-    7_5_plus_kl.py: train_rlvr_grpo, compute_grpo_loss_plus_kl) -> the last update's loss. Each inner epoch samples
-    new answers from a copy of the policy frozen for the step; an answer's log-prob is summed over its tokens and
-    scored at temperature 1; the ratio of those sums is clipped in the book's torch.where form; the KL is k1 on
-    them. `grpo_step` under --recipe book leaves the same weights and loss
-    (tests/test_grpo_step.py::test_the_books_step_and_grpo_step_under_recipe_book_leave_the_same_weights_and_loss)."""
-    problems = [next_problems() for _ in range(n_prompts)]
-    pi_old = copy.deepcopy(policy).requires_grad_(False)  # frozen for the step: every inner epoch samples from it
-    for _ in range(cfg.mu):  # the book's inner epochs, each on answers of its own
-        batch = rollout(pi_old, enc, problems, cfg, generator)  # G answers a prompt, at T 0.8 and top-p 0.9
-        r = batch.rewards["total"].view(-1, cfg.group_size)  # (n_prompts, G)
-        A = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).view(-1)  # (B,) group-relative
+def grpo_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator, lagged=None, watch=None,
+              learner=None):
+    """One GRPO step on n_prompts problems (next_problems() gives each) -> the batch its first epoch trained on.
 
-        def logp(model):  # (B,) each answer's log-prob, its tokens' summed, at temperature 1
-            return token_logprobs_reference(model, batch.tokens, batch.mask, batch.loss_mask, 1.0)[0].sum(1)
-        with torch.no_grad():  # pi_old and pi_ref (the warm start), fixed for the update
-            old_logp = logp(pi_old)
-            ref_logp = logp(ref_policy) if cfg.kl > 0 else None
-        new_logp = logp(policy)  # pi_theta's sums, with gradient
-        ratio = torch.exp(new_logp - old_logp)  # (B,) a whole answer's ratio
-        unclipped, clipped = ratio * A, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * A  # the book's eps: 10
-        loss = -torch.where(A >= 0, torch.minimum(unclipped, clipped), torch.maximum(unclipped, clipped)).mean()
-        if cfg.kl > 0:  # k1 on the sums: beta * mean(log pi - log pi_ref)
-            loss = loss + cfg.kl * (new_logp - ref_logp).mean()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)  # the gradient-norm limit
-        opt.step()
-    return loss
-
-
-def grpo_step_paper(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator):
-    """One step of GRPO as the papers write it (DeepSeekMath, arXiv 2402.03300, as TRL and verl run it) -> the
-    last update's loss: mu updates on one batch, each token's ratio to the policy that sampled it clipped, k3 per
-    token. At the default flags, and with --kl > 0, `grpo_step` leaves the same weights and loss
-    (tests/test_grpo_step.py::test_the_papers_step_*)."""
-    batch = rollout(policy, enc, [next_problems() for _ in range(n_prompts)], cfg, generator)  # G answers a prompt
-    r = batch.rewards["total"].view(-1, cfg.group_size)  # (n_prompts, G)
-    A = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).view(-1, 1)  # (B, 1) group-relative
-    m = batch.loss_mask.float()  # (B, T): the answers' tokens
-
-    def logp(model):  # (B, T) log pi of each answer token, by the full log-softmax (logprobs.py)
-        return token_logprobs_reference(model, batch.tokens, batch.mask, batch.loss_mask, cfg.temperature)[0]
-    with torch.no_grad():  # pi_old (the policy that sampled) and pi_ref (the warm start), fixed for all updates
-        old_logp = logp(policy)
-        ref_logp = logp(ref_policy) if cfg.kl > 0 else None
-    for _ in range(cfg.mu):  # mu updates on one batch: the first at ratio 1, the later ones off-policy
-        new_logp = logp(policy)  # pi_theta, with gradient
-        ratio = torch.exp(new_logp - old_logp)  # (B, T) pi_theta / pi_old
-        loss = -torch.minimum(ratio * A, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * A)  # PPO's clipped surrogate
-        if cfg.kl > 0:  # k3 (Schulman): r - 1 - log r, r = pi_ref / pi_theta
-            loss = loss + cfg.kl * (torch.exp(ref_logp - new_logp) - 1 - (ref_logp - new_logp))
-        loss = ((loss * m).sum(1) / m.sum(1)).mean()  # each answer's mean over its tokens, then the batch's
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)  # the gradient-norm limit
-        opt.step()
-    return loss
+    ref_policy: the frozen warm start, pi_ref (None when beta = 0); generator: the step's sampling noise;
+    lagged: --rollout-lag's queue of batches, kept by the caller; watch(Update): called with each update before its
+    optimizer step (stats.py logs it); learner: the policy as the update's forward runs it (under torchrun wrapped in
+    DDP, whose backward averages the gradients over the ranks), by default the policy itself."""
+    learner = learner or policy
+    pi_old = field_methods.frozen_copy(policy, cfg)  # the policy; the book's inner epochs: a copy frozen for the step
+    batch, zero_std = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)  # G answers a prompt, scored
+    batch, zero_std = stale_batch(policy, batch, zero_std, lagged, cfg)  # --rollout-lag K: one sampled K steps ago
+    first = batch
+    for epoch in range(cfg.mu):  # mu epochs on the batch: the ratio is 1 in the first update, then leaves it
+        if epoch > 0 and cfg.resample_epochs:  # the book's inner epochs: new answers, from the frozen copy
+            batch = rollout(pi_old, enc, batch.problems[::cfg.group_size], cfg, generator)
+        if epoch == 0 or cfg.resample_epochs:
+            loss_mask = trained_tokens(batch, cfg)  # (B, T) the answers' tokens the loss reads
+            adv = advantages(batch, cfg)  # (B,) group-relative
+            old_logp = old_logprobs(pi_old, batch, loss_mask, cfg)  # (B, T) pi_old: fixed for the epochs
+            ref_logp = logprobs_no_grad(ref_policy, batch, loss_mask, cfg) if cfg.kl > 0 else None  # (B, T) pi_ref
+        for rows in minibatches(batch, cfg):  # K minibatches of whole groups (one by default)
+            logp, entropy = batch_logprobs(learner, batch, rows, loss_mask, cfg)  # (b, T) pi_theta, with gradient
+            ref = None if ref_logp is None else ref_logp[rows]  # (b, T)
+            loss = grpo_loss(logp, old_logp[rows], ref, adv[rows], loss_mask[rows], cfg, entropy,
+                             batch.sampler_logp[rows])
+            grad_norm = backward(loss.value, learner, cfg.max_grad_norm)  # the gradient, its norm held to the limit
+            if watch is not None:  # what the step logs: stats.py
+                watch(Update(epoch, batch, rows, adv, old_logp, loss_mask, logp, entropy, loss, grad_norm, zero_std))
+            opt.step()
+    return first
 
 
-def grpo_step(policy_ddp, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator, lagged=None):
-    """The same step, with each variant's switch -> (the Rollouts it trained on, {statistic: float}):
-
-        sample G answers to each of n_prompts problems, score them        (rollouts.py)
-        A = their group-relative advantages                                 1.
-        log pi_old and log pi_ref of every answer token, fixed              2.
-        mu epochs of K minibatch updates: pi_theta's log-probs (2.), the clipped
-        ratio pi_theta / pi_old times A (+ beta KL to pi_ref), a mean (3.), a step (4.)
-
-    The switches: --resample-epochs samples afresh from a frozen pi_old each epoch (the book's inner epochs);
-    --rollout-lag trains on a batch sampled steps ago (`stale_batch`, its queue `lagged` kept by the caller);
-    --minibatches splits each epoch; the statistics are stats.py's. policy_ddp: under torchrun the policy
-    wrapped in DDP (distributed.wrap), whose backward averages the gradients over the ranks; else itself.
-    """
-    policy = unwrap(policy_ddp)  # sampling and the no-grad passes need no gradient all-reduce (distributed.py)
-    frozen = copy.deepcopy(policy).requires_grad_(False) if cfg.resample_epochs and cfg.mu > 1 else None  # the book's
-    stats = StepStats(policy.lm_head_weight.device)
-    first_batch, zero_std = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)
-    first_batch, zero_std = stale_batch(policy, first_batch, zero_std, lagged, cfg, stats)  # --rollout-lag K
-    for epoch in range(cfg.mu):
-        if epoch == 0 or cfg.resample_epochs:  # a new batch (the book's inner epochs: new answers from the frozen copy)
-            batch = first_batch if epoch == 0 else rollout(frozen, enc, first_batch.problems[::cfg.group_size],
-                                                           cfg, generator)
-            adv = advantages(batch, cfg)  # (B,)
-            loss_mask = batch.loss_mask & ~batch.truncated[:, None] if cfg.mask_truncated else batch.loss_mask
-            minibatches = same_count(minibatch_rows(len(adv), cfg.group_size, cfg.minibatches))  # K tensors of rows
-            ref_logp = logprobs_no_grad(ref_policy, batch, loss_mask, cfg) if cfg.kl > 0 else None  # (B, T)
-            old_logp = old_logprobs(policy, frozen, batch, loss_mask, cfg, epoch == 0 and len(minibatches) == 1)
-        for rows in minibatches:
-            stats.next_update()
-            logp, entropy = batch_logprobs(policy_ddp, batch, rows, loss_mask, cfg)  # pi_theta (b, T), with gradient
-            old_logp = logp.detach() if old_logp is None else old_logp  # (B, T): None, the first update's own (ratio 1)
-            old, ref = old_logp[rows], None if ref_logp is None else ref_logp[rows]  # (b, T) pi_old, pi_ref
-            loss = grpo_loss(logp, old, ref, adv[rows], loss_mask[rows], cfg, entropy, batch.sampler_logp[rows])
-            kl_exact = exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg)  # --exact-kl: what the KL estimates
-            grad_norm = optimizer_step(policy_ddp, opt, loss.value, cfg.max_grad_norm, stats.n_updates,
-                                       cfg.mu * len(minibatches))
-            update_stats(stats, loss, logp, old, entropy, loss_mask[rows], grad_norm, kl_exact, adv[rows],
-                         batch.sampler_logp[rows])
-        if epoch == 0:
-            batch_stats(stats, batch, adv, zero_std, old_logp, loss_mask, cfg.group_size)
-    return first_batch, stats.result()
+class Update(NamedTuple):
+    """One update, as grpo_step hands it to `watch` before its optimizer step: the policy is still the one whose
+    log-probs it holds (stats.py reads the exact KL off it)."""
+    epoch: int                # 0, ..., mu - 1
+    batch: object             # the epoch's rollouts.Rollouts: B rows
+    rows: torch.Tensor        # (b,) the update's rows of it
+    adv: torch.Tensor         # (B,)
+    old_logp: torch.Tensor    # (B, T) pi_old
+    loss_mask: torch.Tensor   # (B, T)
+    logp: torch.Tensor        # (b, T) pi_theta
+    entropy: torch.Tensor     # (b, T)
+    loss: object              # Loss
+    grad_norm: torch.Tensor   # 0-d, before the limit
+    zero_std: torch.Tensor    # (groups sampled,) bool: all rewards equal, dynamic sampling's dropped groups too
 
 
-# ---------------------------------------------------------------- 1. advantages
+# ---------------------------------------------------------------- 1. the batch and its advantages
+
+def stale_batch(policy, batch, zero_std, lagged, cfg):
+    """--rollout-lag K, an asynchronous trainer: the step's new batch joins the queue `lagged` and the step trains on
+    the one sampled K steps ago (rollouts.lagged_batch) -> (that batch, its zero_std); without a lag, the step's own.
+    With --lag-pi-old sampler, pi_old is the policy that sampled it, scored now on the weights that sample
+    (batch.pi_old_logp); with learner, the learner as the step finds it (decoupled PPO; docs/design.md)."""
+    if not cfg.rollout_lag:
+        return batch, zero_std
+    if cfg.lag_pi_old == "sampler":
+        batch.pi_old_logp = logprobs_no_grad(policy, batch, batch.loss_mask, cfg)  # (B, T)
+    return lagged_batch(batch, zero_std, lagged, cfg.rollout_lag)
+
+
+def trained_tokens(batch, cfg):
+    """(B, T) the completion tokens the loss reads: every answer's, or with --mask-truncated (DAPO's overlong
+    filtering) none of an answer cut at the cap."""
+    if cfg.mask_truncated:
+        return batch.loss_mask & ~batch.truncated[:, None]
+    return batch.loss_mask
+
 
 def advantages(batch, cfg):
-    """(B,) advantages of a batch: of the summed reward, or GDPO's of each term first; --adv-clip C clamps
-    each to [-C, C] (a lone right answer among 8 gets 2.47 under the group's std)."""
-    if cfg.reward_norm == "norm_then_sum":
-        adv = gdpo_advantages(batch.rewards, rewards.term_weights(cfg), cfg.group_size, cfg.adv_norm)
+    """(B,) advantages of a batch: the group's of the summed reward, or GDPO's, of each term first
+    (field_methods.gdpo_advantages); --adv-clip C clamps each to [-C, C] (a lone right answer among 8 gets 2.47)."""
+    if cfg.reward_norm == "norm_then_sum":  # GDPO: each paid term's group advantage, their weighted sum normalised
+        weights = rewards.term_weights(cfg)
+        per_term = {k: group_advantages(batch.rewards[k], cfg.group_size) for k, w in weights.items() if w != 0}
+        adv = field_methods.gdpo_advantages(per_term, weights)
     elif cfg.reward_norm == "sum_then_norm":
         adv = group_advantages(batch.rewards["total"], cfg.group_size, cfg.adv_norm, cfg.baseline,
                                batch.loss_mask.sum(1))
     else:
         raise ValueError(f"unknown reward normalisation {cfg.reward_norm!r}")
-    return adv.clamp(-cfg.adv_clip, cfg.adv_clip) if cfg.adv_clip > 0 else adv
+    if cfg.adv_clip > 0:
+        adv = adv.clamp(-cfg.adv_clip, cfg.adv_clip)
+    return adv
 
 
 def group_advantages(rewards, G, norm="group", baseline="group", lengths=None, eps=1e-4):
-    """GRPO's group-relative advantage, one per completion. rewards (B,), B = n_groups * G.
+    """GRPO's group-relative advantage, one per answer. rewards (B,), B = n_groups * G.
 
     A_i = (r_i - mean(r of its group)) / (std + eps), with std over the group ("group", DeepSeekMath), over the
     batch ("batch"), or no division at all ("none", Dr. GRPO: a small std makes near-unanimous groups dominate).
-    --baseline leave_one_out (RLOO), batch (REINFORCE++, lengths (B,)): field_methods.baseline_advantages."""
+    --baseline leave_one_out (RLOO), batch (REINFORCE++, lengths (B,)), none: field_methods.baseline_advantages."""
     if baseline != "group":
         return field_methods.baseline_advantages(rewards, G, baseline, lengths)
     r = rewards.view(-1, G)  # (n_groups, G)
@@ -183,15 +148,22 @@ def group_advantages(rewards, G, norm="group", baseline="group", lengths=None, e
     return centred.view(-1)  # (B,)
 
 
+def minibatches(batch, cfg):
+    """K tensors of row indices, each of whole groups (--minibatches K; one by default); under torchrun, as many on
+    every rank (same_count), so that every rank joins every gradient all-reduce."""
+    return same_count(minibatch_rows(batch.tokens.shape[0], cfg.group_size, cfg.minibatches))
+
+
 # ---------------------------------------------------------------- 2. log-probs
 
 def batch_logprobs(model, batch, rows, loss_mask, cfg):
-    """(b, T) log-probs and entropies of some rows of a batch under model (pi_theta, pi_old or pi_ref), as
-    the learner sees them: at learner_temperature(cfg), over the sampler's support with --keep-sampling-mask.
-    logprobs.py computes them (the kernels' path, and the textbook one it equals)."""
-    support, groups = None if batch.support is None else batch.support[rows], (batch.prompt_len, cfg.group_size)
+    """(b, T) log-probs and entropies of some rows of a batch under model (pi_theta, pi_old or pi_ref), as the learner
+    sees them: at learner_temperature(cfg), over the sampler's support with --keep-sampling-mask. logprobs.py
+    computes them (the kernels' path, and the textbook one it equals)."""
+    support = None if batch.support is None else batch.support[rows]  # (b, T, V) bool
+    groups = (batch.prompt_len, cfg.group_size) if cfg.share_prompts else None
     return token_logprobs(model, batch.tokens[rows], batch.mask[rows], loss_mask[rows], learner_temperature(cfg),
-                          cfg.fused_head, support, groups if cfg.share_prompts else None)
+                          cfg.fused_head, support, groups)
 
 
 @torch.no_grad()
@@ -200,29 +172,26 @@ def logprobs_no_grad(model, batch, loss_mask, cfg):
     return batch_logprobs(model, batch, torch.arange(batch.tokens.shape[0]), loss_mask, cfg)[0]
 
 
-def old_logprobs(policy, frozen, batch, loss_mask, cfg, first_update_sees_every_row):
-    """(B, T) pi_old's log-probs of a batch, fixed for its updates: the policy's before the batch's first update (or
-    the book's frozen copy's, when there is one: the step's first weights). None where that first update sees every
-    row: until it steps, the policy *is* pi_old, so grpo_step takes them off that update's own forward, detached,
-    at ratio exactly 1, and saves this pass (grpo_step_paper makes it: 10-16% of a default step). --rollout-lag:
-    the policy that sampled (--lag-pi-old sampler, scored then: `stale_batch`), or the learner as the step finds it
-    (decoupled PPO)."""
+def old_logprobs(pi_old, batch, loss_mask, cfg):
+    """(B, T) pi_old's log-probs of a batch, fixed for its updates: the policy that sampled it, before any update on
+    it (the book's frozen copy: the step's first weights). In the first update pi_theta is still pi_old, so its ratio
+    is 1. --rollout-lag --lag-pi-old sampler: the stale sampler, scored when it sampled (stale_batch)."""
     if cfg.rollout_lag and cfg.lag_pi_old == "sampler":
         return batch.pi_old_logp
-    if first_update_sees_every_row:
-        return None
-    return logprobs_no_grad(policy if frozen is None else frozen, batch, loss_mask, cfg)
+    return logprobs_no_grad(pi_old, batch, loss_mask, cfg)
 
 
 def learner_temperature(cfg):
     """The learner's temperature: the sampler's, unless --learner-temperature sets one (the book scores at 1)."""
-    return cfg.temperature if cfg.learner_temperature is None else cfg.learner_temperature
+    if cfg.learner_temperature is None:
+        return cfg.temperature
+    return cfg.learner_temperature
 
 
 # ---------------------------------------------------------------- 3. the loss
 
 class Loss(NamedTuple):
-    """What grpo_loss returns: the loss and what the step logs of it (stats.update_stats)."""
+    """What grpo_loss returns: the loss and what the step logs of it (stats.py)."""
     value: torch.Tensor         # scalar, to be minimised
     terms: dict                 # name -> scalar: pg_loss, kl (beta > 0), entropy_bonus (alpha != 0), loss
     ratio: torch.Tensor         # (B, T) per token, (B, 1) per answer: pi_theta / pi_old
@@ -238,18 +207,20 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
     """The GRPO loss, to be minimised, on (B, T) token log-probs -> Loss:
         loss = -mean( clipped(pi / pi_old) * A )  +  beta * mean( KL(pi || pi_ref) )  [- alpha * mean(entropy)]
     loss_mask (B, T) marks the completion tokens; adv (B,); entropy (B, T) is for the entropy bonus; sampler_logp
-    (B, T), what the sampler drew each token with, for the off-policy corrections. The variants that drop tokens
-    or answers before the objective, and those that change its terms after, are section 5's, off by default."""
-    loss_mask, adv, kept, dropped = drop_before_the_objective(logp, old_logp, sampler_logp, adv, loss_mask, cfg)
-    A = adv[:, None]  # (B, 1): every token of a completion shares its advantage
+    (B, T), what the sampler drew each token with, for the off-policy corrections. The corrections that drop tokens
+    or answers before the objective, and those that change its terms after, are field_methods.py's (off: nothing)."""
+    loss_mask, adv, kept, dropped = field_methods.drop_before_the_objective(logp, old_logp, sampler_logp, adv,
+                                                                             loss_mask, cfg)
+    A = adv[:, None]  # (B, 1): every token of an answer shares its advantage
     ratio = policy_ratio(logp, old_logp, loss_mask, cfg.ratio_level)  # (B, T) or (B, 1)
     surrogate, low, high, weights = objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg, dropped)
-    surrogate, bonus_mask = change_after_the_objective(surrogate, logp, old_logp, A, entropy, loss_mask, cfg, dropped)
+    surrogate, bonus_mask = field_methods.change_after_the_objective(surrogate, logp, old_logp, A, entropy, loss_mask,
+                                                                     cfg, dropped)
     loss = aggregate(-surrogate.expand_as(logp), loss_mask, cfg.loss_agg, cfg.max_new_tokens)
     terms = {"pg_loss": loss}
     if cfg.kl > 0:  # beta, --kl
-        kl = kl_penalty(logp, ref_logp, loss_mask, cfg.kl_estimator, cfg.kl_level,
-                        old_logp if cfg.kl_reweight else None)  # (B, T) or (B, 1)
+        reweight = old_logp if cfg.kl_reweight else None
+        kl = kl_penalty(logp, ref_logp, loss_mask, cfg.kl_estimator, cfg.kl_level, reweight)  # (B, T) or (B, 1)
         terms["kl"] = aggregate(kl, loss_mask, cfg.loss_agg, cfg.max_new_tokens)
         loss = loss + cfg.kl * terms["kl"]
     if cfg.entropy_coef != 0:  # alpha, --entropy-coef: an entropy bonus (TRL's entropy_coef, verl's entropy_coeff)
@@ -261,19 +232,15 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
 
 def objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg, dropped):
     """The clipped objective, to be maximised -> (surrogate, low, high, weights): PPO's clip (--objective ppo, the
-    default), the book's, CISPO's or a field method's, times --tis-cap's importance weights where they are on
-    (weights; IcePop's masked tokens go into dropped). low / high: where the clip binds, below 1 and above."""
+    default), or the book's, CISPO's or a field method's (field_methods.objective), times --tis-cap's importance
+    weights where they are on (weights; IcePop's masked tokens go into dropped). low / high: where the clip binds."""
     eps_low, eps_high = cfg.clip_range  # the ratio is clipped to [1 - eps_low, 1 + eps_high]
-    weights = tis_weights(old_logp, sampler_logp, cfg.tis_cap, loss_mask, cfg) if cfg.tis_cap > 0 else None
+    weights = field_methods.tis_weights(old_logp, sampler_logp, cfg.tis_cap, loss_mask, cfg) if cfg.tis_cap > 0 else None
     if cfg.tis_cap > 0 and cfg.tis_mode.endswith("mask"):  # IcePop, MIS: the tokens whose weight was set to 0
         dropped["is_masked_frac"] = loss_mask & (weights == 0)
     if cfg.objective == "ppo":
         surrogate, low, high = clipped_objective(ratio, A, eps_low, eps_high, cfg.dual_clip)
-    elif cfg.objective == "book":
-        surrogate, low, high = book_objective(ratio, A, eps_low, eps_high)
-    elif cfg.objective == "cispo":
-        surrogate, low, high = cispo_objective(ratio, A, logp, eps_low, eps_high)
-    else:  # the field's: SAPO, GMPO, DPPO-TV / -KL, VESPO (an unknown name is a ValueError there)
+    else:  # the book's, CISPO's, and the field's: SAPO, GMPO, DPPO-TV / -KL, VESPO
         surrogate, low, high, weights = field_methods.objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg,
                                                                 weights)
     if weights is not None:  # importance sampling towards the learner (VESPO's: its Gamma weight of each answer)
@@ -312,7 +279,8 @@ def clipped_objective(ratio, adv, eps_low, eps_high, dual_clip=0.0):
     the *wrong* way is never clipped. Dual clip (c > 1): for A < 0 the objective is also bounded
     below by c * A, which binds (on the high side) once r > c."""
     surr = torch.minimum(ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv)
-    low, high = (ratio < 1 - eps_low) & (adv < 0), (ratio > 1 + eps_high) & (adv > 0)
+    low = (ratio < 1 - eps_low) & (adv < 0)
+    high = (ratio > 1 + eps_high) & (adv > 0)
     if dual_clip > 0:
         surr = torch.where(adv < 0, torch.maximum(surr, dual_clip * adv), surr)
         high = high | ((adv < 0) & (ratio > dual_clip))
@@ -332,7 +300,8 @@ def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=Non
         E_{y ~ pi_old}[ (pi(y) / pi_old(y)) * k3(y) ] = E_{y ~ pi}[ k3(y) ] = KL(pi || pi_ref)"""
     lp, ref = logp, ref_logp  # (B, T)
     if level == "sequence":
-        lp, ref = (logp * mask).sum(1, keepdim=True), (ref_logp * mask).sum(1, keepdim=True)  # (B, 1) each
+        lp = (logp * mask).sum(1, keepdim=True)  # (B, 1)
+        ref = (ref_logp * mask).sum(1, keepdim=True)  # (B, 1)
     elif level != "token":
         raise ValueError(f"unknown KL level {level!r}")
     log_r = ref - lp
@@ -361,11 +330,14 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
     seq_mean; the others would count it once a token, and cli.py refuses them."""
     mask = mask.to(token_loss.dtype)
     if mode == "seq_mean":
-        total, count = sequence_mean(token_loss, mask).sum(), mask.shape[0]
+        total = sequence_mean(token_loss, mask).sum()
+        count = mask.shape[0]
     elif mode == "token_mean":
-        total, count = (token_loss * mask).sum(), mask.sum()
+        total = (token_loss * mask).sum()
+        count = mask.sum()
     elif mode == "constant":
-        total, count = (token_loss * mask).sum(), mask.shape[0] * max_len
+        total = (token_loss * mask).sum()
+        count = mask.shape[0] * max_len
     else:
         return field_methods.aggregate(token_loss, mask, mode)  # bnpo, luspo (an unknown name is a ValueError there)
     return global_mean(total, count)  # total / count; under torchrun over every rank's rows (distributed.py)
@@ -375,7 +347,9 @@ def token_weights(mask, mode="seq_mean"):
     """(B, T): each completion token's weight in aggregate(mode), up to a factor common to the batch: 1 / |o_i| under
     seq_mean (a short answer's token weighs more: Dr. GRPO's length bias), 1 under the others (luspo: |o_i| / |o_i|)."""
     mask = mask.float()
-    return mask / mask.sum(1, keepdim=True).clamp(min=1) if mode == "seq_mean" else mask
+    if mode == "seq_mean":
+        return mask / mask.sum(1, keepdim=True).clamp(min=1)
+    return mask
 
 
 def sequence_mean(x, mask):
@@ -386,134 +360,12 @@ def sequence_mean(x, mask):
 
 # ---------------------------------------------------------------- 4. the update
 
-def optimizer_step(model, opt, loss, max_grad_norm, update=1, updates=1):
-    """Backward, hold the gradient's norm to max_grad_norm, step -> the norm before. A loss or gradient that is
-    not finite raises FloatingPointError before the step, naming the update (those before it did step)."""
-    opt.zero_grad(set_to_none=True)
+def backward(loss, model, max_grad_norm):
+    """The loss's gradient, its norm held to max_grad_norm -> the norm before. A loss or gradient that is not finite
+    raises FloatingPointError before any weight moves in this update."""
+    model.zero_grad(set_to_none=True)
     loss.backward()  # under DDP: the gradients arrive averaged over the ranks
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
     if not everywhere_finite(loss, grad_norm):
-        done = update - 1
-        raise FloatingPointError(f"non-finite loss ({loss.item()}) or gradient norm ({grad_norm.item()}) in update "
-                                 f"{update} of {updates} of this step, after {done} applied update{'s' * (done != 1)}")
-    opt.step()
+        raise FloatingPointError(f"non-finite loss ({loss.item()}) or gradient norm ({grad_norm.item()})")
     return grad_norm
-
-
-# ---------------------------------------------------------------- 5. the variants with a function of their own
-
-def gdpo_advantages(terms, weights, G, norm="group"):
-    """GDPO (Liu et al. 2026), `--reward-norm norm_then_sum` (the book's gdpo.py): each reward term normalised
-    in its group first, then summed with its weight and normalised again,
-        A = norm( sum_k w_k * (r_k - mean_group(r_k)) / (std_group(r_k) + eps) )
-    so a dense term (format) cannot set the group's std and drown a sparse one (correctness). terms: name ->
-    (B,); weights: name -> float; a term constant within a group gives 0 there."""
-    total = sum(w * group_advantages(terms[k], G, "group") for k, w in weights.items() if w != 0)  # (B,)
-    return group_advantages(total, G, norm)
-
-
-def book_objective(ratio, adv, eps_low, eps_high):
-    """The book's clipped objective (7_4_plus_clip_ratio.py on), `--objective book`, maximised:
-        torch.where(A >= 0, min(r A, clip(r) A), max(r A, clip(r) A))
-    For A < 0 the max is A * min(r, clip(r)): it clips where r has grown (a bad answer made likelier, where PPO
-    keeps the gradient), never where it shrank. So for either sign the gradient stops only once r > 1+eps_high
-    (the book's eps 10: r > 11). -> (surrogate, low, high) as clipped_objective; low never binds."""
-    unclipped, clipped = ratio * adv, ratio.clamp(1 - eps_low, 1 + eps_high) * adv
-    surr = torch.where(adv >= 0, torch.minimum(unclipped, clipped), torch.maximum(unclipped, clipped))
-    high = (ratio > 1 + eps_high).expand_as(surr)
-    return surr, torch.zeros_like(high), high
-
-
-def cispo_objective(ratio, adv, logp, eps_low, eps_high):
-    """CISPO (MiniMax-M1), `--objective cispo`: sg(clip(r)) * A * logp. The clipped ratio only weights the
-    gradient, so every token keeps one (PPO drops clipped tokens). -> (surr, low, high): where it is clipped."""
-    surr = ratio.clamp(1 - eps_low, 1 + eps_high).detach() * adv * logp
-    low, high = (ratio < 1 - eps_low).expand_as(surr), (ratio > 1 + eps_high).expand_as(surr)
-    return surr, low, high
-
-
-def drop_before_the_objective(logp, old_logp, sampler_logp, adv, loss_mask, cfg):
-    """The corrections that take tokens or answers out before the objective sees them -> (loss_mask, adv, kept,
-    dropped): --rejection (verl's rollout_rs: tokens, or whole answers, too far from their sampler leave the mask)
-    and --off-policy-mask (DeepSeek-V3.2: negative answers far off the sampler get A = 0; kept (B,), else None).
-    dropped: name -> (B, T) bool, what a mask took out, for the log. Both off: the inputs as they are."""
-    kept, dropped = None, {}
-    if cfg.rejection:
-        keep = field_methods.rejection_keep(old_logp, sampler_logp, loss_mask, cfg.rejection, cfg.rejection_bound)
-        loss_mask, dropped["rejected_frac"] = loss_mask & keep, loss_mask & ~keep
-    if math.isfinite(cfg.off_policy_mask):
-        kept = off_policy_keep(logp, sampler_logp, adv, loss_mask, cfg.off_policy_mask)  # (B,)
-        adv = adv * kept
-    return loss_mask, adv, kept, dropped
-
-
-def change_after_the_objective(surrogate, logp, old_logp, A, entropy, loss_mask, cfg, dropped):
-    """The variants that change the objective's terms token by token -> (surrogate, the tokens the entropy bonus
-    reads): KL-Cov (Cui et al.: the few tokens that drive the entropy down held back) and the 80/20 rule (the
-    policy gradient on the high-entropy tokens alone, and, as TRL's, the entropy bonus too). Both off: as they are."""
-    bonus_mask = loss_mask
-    if cfg.kl_cov > 0:
-        surrogate = surrogate - field_methods.kl_cov_penalty(logp, old_logp, A, loss_mask, cfg.kl_cov)  # (B, T)
-    if cfg.top_entropy_quantile < 1:
-        bonus_mask = field_methods.high_entropy_mask(entropy.detach(), loss_mask, cfg.top_entropy_quantile)  # (B, T)
-        surrogate, dropped["low_entropy_frac"] = surrogate * bonus_mask, loss_mask & ~bonus_mask
-    return surrogate, bonus_mask
-
-
-def stale_batch(policy, batch, zero_std, lagged, cfg, stats):
-    """--rollout-lag K, an asynchronous trainer: the step's new batch joins the queue `lagged`
-    (rollouts.lagged_batch) and the step trains on the one sampled K steps ago -> (that batch, its zero_std);
-    without a lag, the step's own. Which policy is then pi_old (--lag-pi-old; docs/design.md names the trainers
-    that do each):
-      sampler  the one that sampled the batch, scored now, on the weights that sample: the PPO ratio absorbs
-               the staleness, and the sampler corrections see no gap;
-      learner  the learner as the step finds it (old_logprobs), the proximal policy of decoupled PPO, while
-               the stale sampler's log-probs reach only --tis-cap and --off-policy-mask."""
-    if not cfg.rollout_lag:
-        return batch, zero_std
-    if cfg.lag_pi_old == "sampler":
-        batch.pi_old_logp = logprobs_no_grad(policy, batch, batch.loss_mask, cfg)  # (B, T)
-    return lagged_batch(batch, zero_std, lagged, cfg.rollout_lag, stats)
-
-
-def tis_weights(old_logp, sampler_logp, cap, mask=None, cfg=None):
-    """Truncated importance sampling (Yao et al. 2025), `--tis-cap C`: the tokens were drawn by the sampler
-    (temperature, top-k, top-p, --sampler-dtype), not by pi_old, so each token's term is re-weighted towards
-    the learner, capped so a rare token cannot blow up the update: w_t = min(pi_old / pi_sampler, C). (B, T)
-    --tis-floor, --tis-mode (IcePop's mask, one weight an answer): field_methods.importance_weights."""
-    if cap <= 0:
-        return torch.ones_like(old_logp)
-    if cfg is not None and (cfg.tis_mode != "token_truncate" or cfg.tis_floor > 0):
-        return field_methods.importance_weights(old_logp, sampler_logp, mask, cap, cfg.tis_floor, cfg.tis_mode)
-    return safe_exp(old_logp - sampler_logp).clamp(max=cap)
-
-
-@torch.no_grad()
-def off_policy_keep(logp, sampler_logp, adv, loss_mask, delta):
-    """DeepSeek-V3.2's off-policy sequence masking, `--off-policy-mask DELTA`: drop (weight 0) a
-    sequence with a negative advantage whose length-normalised KL from the sampler exceeds delta,
-
-        keep_i = 0  if  A_i < 0  and  (1/|o_i|) sum_t (log pi_sampler - log pi)(o_t) > delta
-
-    (the sampler-side estimate, as the book's deepseek_v32_style.py): negatives the policy has left. (B,)"""
-    kl = sequence_mean(sampler_logp - logp, loss_mask)[:, 0]  # (B,)
-    return (~((adv < 0) & (kl > delta))).to(logp.dtype)
-
-
-@torch.no_grad()
-def exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg):
-    """--exact-kl: (kl_exact, kl_grad_bias), or None without it. kl_exact is the KL term's target,
-    sum_v pi(v) (log pi(v) - log pi_ref(v)) at each sampled position (summed over an answer for --kl-level
-    sequence), aggregated as the term is; kl_grad_bias the bias of the estimator's gradient
-    (field_methods.kl_grad_bias; None for --kl-level sequence)."""
-    if not (cfg.exact_kl and cfg.kl > 0):
-        return None
-    m, support = loss_mask[rows], None if batch.support is None else batch.support[rows]  # (b, T), (b, T, V)
-    lp, ref = (vocab_logprobs(model, batch.tokens[rows], batch.mask[rows], m, learner_temperature(cfg), support)
-               for model in (policy, ref_policy))  # (n, V) each
-    per_token = (lp.exp() * (lp - ref).nan_to_num(0.0)).sum(-1)  # (n,): -inf - -inf outside a kept support
-    kl = lp.new_zeros(m.shape).masked_scatter(m, per_token)  # (b, T)
-    if cfg.kl_level == "sequence":
-        return aggregate(kl.sum(1, keepdim=True), m, cfg.loss_agg, cfg.max_new_tokens), None
-    return aggregate(kl, m, cfg.loss_agg, cfg.max_new_tokens), field_methods.kl_grad_bias(lp, ref, cfg.kl_estimator)
-

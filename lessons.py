@@ -37,6 +37,8 @@ LAG = ["--rollout-lag", "4", "--lr", "3e-4", "--steps", "60"]
 # and the different right answers among them (--eval-pass-n) at each evaluation
 MANY = ["--level", "medium_many", "--eval-level", "many", "--init", "checkpoints/warmstart_many.pt", "--mu", "4",
         "--minibatches", "4", "--steps", "40", "--eval-every", "20", "--eval-pass-k", "8", "--eval-pass-n", "16"]
+DS4 = ["--prompts-per-step", "4", "--steps", "30", "--eval-every", "2"]  # how fast: an evaluation every 2 steps
+DROPOUT = ["--dropout", "0.1", "--steps", "60"]  # a noisy token ratio: dropout in the learner, not in the sampler
 KL_REUSE = ["--kl", "0.5", "--mu", "4", "--minibatches", "4", "--exact-kl"]  # a strong KL on pi_old's samples, and
 # its exact value beside it
 G4 = ["--group-size", "4", "--prompts-per-step", "32"]  # groups of 4, the default's 128 answers a step
@@ -75,6 +77,9 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "book_kl_keepmask": ([*BOOK, "--learner-temperature", "0.8", "--keep-sampling-mask"],
                          "... and on the sampler's top-p support: learner = sampler"),
     "book_kl_k3": ([*BOOK, "--kl-estimator", "k3", "--kl-level", "token"], "... with k3 per token instead of k1"),
+    "book_kl_k1_token": ([*BOOK, "--kl-level", "token"], "... k1 per token: the sum gone, the estimator kept"),
+    "book_kl_k3_sum": ([*BOOK, "--kl-estimator", "k3"], "... k3 on the summed log-probs: the estimator changed, the "
+                                                           "sum kept"),
     "book_kl_onpolicy": ([*BOOK, "--mu", "1"], "the book's original GRPO: one update per step, k1 KL"),
     "book_nokl": ([*BOOK, "--kl", "0"], "the book's 7_4_plus_clip_ratio.py: no KL"),
     "book_onpolicy": ([*BOOK, "--kl", "0", "--mu", "1"], "the book's 7_3_plus_tracking.py: one update, no KL, no clip"),
@@ -83,8 +88,9 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "book_clip10": ([*BOOK, "--kl", "0", "--mu", "4"], "... with the book's own clip (eps 10, the torch.where form)"),
     "book_ppo_clip": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "ppo", "--ratio-level", "token", "--clip", "0.2"],
                       "... with PPO's clip at 0.2 per token instead"),
-    "book_token_noclip": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "ppo", "--ratio-level", "token", "--clip", "inf"],
-                          "... the ratio per token, but no clip: which of the two changes rescues"),
+    "book_token_noclip": ([*BOOK, "--kl", "0", "--mu", "4", "--ratio-level", "token", "--clip", "inf"],
+                          "... the ratio per token, still no clip: one change from no clip, and one (PPO's clip) from "
+                          "PPO's clip run"),
     # why PPO's clip run decays too (EXPERIMENTS.md, lesson 1): one knob of the pair changed at a time
     "book_ppo_clip_lr3e5": ([*BOOK, "--kl", "0", "--mu", "4", "--objective", "ppo", "--ratio-level", "token", "--clip",
                              "0.2", "--lr", "3e-5"], "PPO's clip at lr 3e-5 (the book's 1e-5, ours 1e-4)"),
@@ -114,12 +120,19 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
                      "the book's 7_3_plus_tracking.py (one update, no KL, no clip) on the runaway's task"),
     "book_runaway_keepmask": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--learner-temperature", "0.8",
                                "--keep-sampling-mask"], "... the learner on the sampler's T 0.8 and top-p support"),
+    "book_runaway_matched": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--learner-temperature", "0.8"],
+                             "... the learner at the sampler's T 0.8, over the whole vocabulary (the fix's half)"),
     "book_runaway_T1": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--temperature", "1", "--top-p", "1"],
                         "... the sampler at the learner's T 1, no top-p"),
     "book_runaway_chains": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--level", "medium"],
                             "... on chains alone: no long failed searches"),
     "book_runaway_token": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--ratio-level", "token", "--objective", "ppo"],
                            "... each answer's log-probs averaged over its tokens, not summed"),
+    "book_runaway_token_mean": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--ratio-level", "token", "--objective", "ppo",
+                                 "--loss-agg", "token_mean"], "... with the token-level loss (DAPO)"),
+    "book_runaway_token_drgrpo": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--ratio-level", "token", "--objective", "ppo",
+                                   "--loss-agg", "constant", "--adv-norm", "none"],
+                                  "... with Dr. GRPO's constant normaliser and no std"),
     "book_runaway_k3": ([*RUNAWAY, "--kl", "0.1", "--kl-estimator", "k3", "--kl-level", "token", "--mu", "1"],
                         "... with a KL to the warm start, k3 per token, beta 0.1"),
     "book_runaway_lowlr": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--lr", "3e-5"], "... at lr 3e-5"),
@@ -132,18 +145,13 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "book_runaway_format_gated": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight",
                                    "1", "--gated"], "... the bonus paid only for right answers"),
     # the closing list's fixes (FIXES): each where its failure happens, beside the same run without it
-    "ds4": (["--prompts-per-step", "4"], "the default at 4 prompts a step: whole steps of groups with no signal"),
-    "ds4_dynamic": (["--prompts-per-step", "4", "--dynamic-sampling"], "... with dynamic sampling"),
-    "search": (SEARCH, "the default on the runaway's task: failed searches run long"),
-    "search_token": ([*SEARCH, "--loss-agg", "token_mean"], "... with a token-level loss"),
-    "search_drgrpo": ([*SEARCH, "--loss-agg", "constant", "--adv-norm", "none"],
-                      "... with Dr. GRPO's constant normaliser and no std"),
-    "search_dropout": ([*SEARCH, "--dropout", "0.1", "--steps", "60"], "... with dropout 0.1 in the learner's "
-                       "forwards and none in the sampler's (a misconfiguration TRL turns dropout off for): a noisy "
-                       "token ratio; 60 steps, by which the sampler's entropy has parted from GSPO's in every seed"),
-    "search_dropout_gspo": ([*SEARCH, "--dropout", "0.1", "--steps", "60", "--ratio-level", "gspo", "--clip",
-                             "3e-4", "--clip-high", "4e-4"],
-                            "... and GSPO's length-normalised sequence ratio, at its clip range"),
+    "ds4": (DS4, "the default at 4 prompts a step, evaluated every 2 steps of 30: how fast it learns; a seventh of "
+                 "its groups have rewards all equal"),
+    "ds4_dynamic": ([*DS4, "--dynamic-sampling"], "... with dynamic sampling"),
+    "dropout": (DROPOUT, "the default with dropout 0.1 in the learner's forwards and none in the sampler's (a "
+                         "misconfiguration TRL turns dropout off for): a noisy token ratio; 60 steps"),
+    "dropout_gspo": ([*DROPOUT, "--ratio-level", "gspo", "--clip", "3e-4", "--clip-high", "4e-4"],
+                     "... and GSPO's length-normalised sequence ratio, at its clip range"),
     "book_runaway_overlong": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--overlong-cache", "8"],
                               "the runaway with DAPO's overlong penalty over the last 8 tokens"),
     "book_runaway_keepmask_T1": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--keep-sampling-mask"],
@@ -164,9 +172,10 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "rare_clip_higher": ([*RARE, "--clip-high", "0.28"], "... with clip-higher, eps_high 0.28 (DAPO)"),
     "rare_cispo": ([*RARE, "--objective", "cispo", "--clip", "inf", "--clip-high", "0.28"],
                    "... with CISPO's clipped weights, which keep every token's gradient (MiniMax-M1)"),
-    "rare_format": ([*RARE, "--format-weight", "0.1"], "... with a format bonus of 0.1 for reasoning, the rarer term"),
-    "rare_format_gdpo": ([*RARE, "--format-weight", "0.1", "--reward-norm", "norm_then_sum"],
-                         "... each reward term normalised in its group before the sum (GDPO)"),
+    "format1": (["--format-weight", "1"], "a format bonus worth a right answer: a right direct answer and a wrong "
+                                          "reasoned one tie"),
+    "format1_gdpo": (["--format-weight", "1", "--reward-norm", "norm_then_sum"],
+                     "... each reward term normalised in its group before the sum, the sum over the batch (GDPO)"),
     "lag": (LAG, "the default trained on rollouts 4 steps old at lr 3e-4: stale wrong answers made likelier"),
     "lag_dual_clip": ([*LAG, "--dual-clip", "3"], "... with the dual clip, c = 3 (verl's clip_ratio_c)"),
     "lag_masked": ([*LAG, "--off-policy-mask", "0.1"], "... with off-policy sequence masking, delta 0.1 (the book's)"),
@@ -207,6 +216,8 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "lag_decoupled_vespo": ([*LAG, "--lag-pi-old", "learner", "--objective", "vespo", "--tis-cap", "2", "--loss-agg",
                              "token_mean"], "... with VESPO's Gamma weight of each answer's ratio to the sampler (TIS's "
                                             "C = 2 inside), over tokens as its sources average"),
+    "many_top_entropy_random": ([*MANY, "--top-entropy-quantile", "0.2", "--top-entropy-random"],
+                                "inequalities, the policy gradient on a random 20% of tokens: the 80/20 rule's control"),
     "many_top_entropy": ([*MANY, "--top-entropy-quantile", "0.2"],
                          "inequalities, the policy gradient on the top 20% of tokens by entropy (the 80/20 rule)"),
     "many_adaptive_entropy": ([*MANY, "--adaptive-entropy"],
@@ -217,11 +228,11 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "g4": (G4, "4 answers to each of 32 problems a step: GRPO's group mean and std"),
     "g4_drgrpo": ([*G4, "--adv-norm", "none", "--loss-agg", "constant"], "... Dr. GRPO's: the group's mean, no std, "
                                                                           "the constant normaliser"),
+    "g4_nobaseline": ([*G4, "--baseline", "none"], "... REINFORCE's: the reward itself, no baseline"),
     "g4_rloo": ([*G4, "--baseline", "leave_one_out"], "... RLOO's: the mean of the other 3 answers, undivided"),
     "g4_reinforce_pp": ([*G4, "--baseline", "batch"], "... REINFORCE++'s: the batch's mean and std over its tokens"),
-    "search_dropout_luspo": ([*SEARCH, "--dropout", "0.1", "--steps", "60", "--ratio-level", "gspo", "--clip", "3e-4",
-                              "--clip-high", "4e-4", "--loss-agg", "luspo"],
-                             "... GSPO with each answer's loss scaled by its length (LUSPO)"),
+    "dropout_luspo": ([*DROPOUT, "--ratio-level", "gspo", "--clip", "3e-4", "--clip-high", "4e-4", "--loss-agg",
+                       "luspo"], "... GSPO with each answer's loss scaled by its length (LUSPO)"),
     # the KL's gradient where pi samples its own tokens (one update a rollout, at the sampler's temperature), its
     # exact value and its estimator's gradient bias logged beside (--exact-kl)
     "kl_onpolicy": (KL_ONPOLICY, "k3 per token, beta 0.1, one update a rollout, the exact KL and k3's gradient bias "
@@ -237,56 +248,82 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "book_runaway_mask_truncated": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--mask-truncated"],
                                     "the runaway with the answers cut at the cap out of the loss (DAPO's overlong "
                                     "filtering)"),
-    "ds8": (["--prompts-per-step", "8"], "the default at 8 prompts a step: more groups, not redrawn ones"),
+    "ds8": ([*DS4, "--prompts-per-step", "8"], "the default at 8 prompts a step, evaluated every 2: more groups, not "
+                                                  "redrawn ones"),
     "kl_reuse_k3plus": ([*KL_REUSE, "--loss-agg", "token_mean", "--steps", "50", "--kl-estimator", "k3+"],
                         "the strong KL on 16 updates a rollout by k3+ (k2's gradient) instead of re-weighting"),
-    "rare_format_nostd": ([*RARE, "--format-weight", "0.1", "--adv-norm", "none"],
-                          "... the format bonus of 0.1 in the sum, no std to drown it in (Dr. GRPO's advantages)"),
-    "search_dropout_gmpo": ([*SEARCH, "--dropout", "0.1", "--steps", "60", "--objective", "gmpo", "--clip", "0.4"],
-                            "the noisy token ratio with GMPO's geometric mean, clipped in log space at 0.4"),
+    "dropout_gmpo": ([*DROPOUT, "--objective", "gmpo", "--clip", "0.4"],
+                     "the noisy token ratio with GMPO's geometric mean, clipped in log space at 0.4"),
 }
 
 
-# ---------------------------------------------------------------- 2. what every judged method names
+# ---------------------------------------------------------------- 2. how a method is judged
+
+class Failure(NamedTuple):
+    """What a method is for, as it shows in the run without it: present in a seed where `test` holds on that run's
+    summary. A seed whose run without shows no failure has nothing for the method to fix: its verdict there is
+    'no failure here', neither held nor not held."""
+    key: str              # the run_summary number the tables print for it
+    rule: str             # in words, of the run without it
+    test: Callable        # test(the run without's summary[, `against`'s]) -> bool; a KeyError names a number missing
+    against: str = None   # an experiment the failure is seen against, if any (the 80/20 rule's: all tokens)
+
+    def present(self, runs, without):
+        """runs: {experiment: its summary} of one seed; without: the run without the method."""
+        return self.test(runs[without], runs[self.against]) if self.against else self.test(runs[without])
+
+
+def at_least(key, bound, rule):
+    return Failure(key, rule, lambda run: run[key] >= bound)
+
+
+def at_most_failure(key, bound, rule):
+    return Failure(key, rule, lambda run: run[key] <= bound)
+
 
 class Number(NamedTuple):
-    """A number of run_summary that a method is made to move, the way, and by how much two runs must differ before
-    the difference counts: twice that number's spread over the seeds of the run without the method (two seeds of one
-    run differ too; tests/test_verdicts.py holds each to this), or a lesson's own rule (10 or 15 points)."""
+    """The number a method is made to move, its way, and the margin by which two runs must differ before the
+    difference counts: the most that two seeds of the run without the method differ, over its seeds 0-4 in
+    results.jsonl, rounded up (tests/test_verdicts.py holds each margin to that rule and measures how often two seeds
+    of one run pass it)."""
     key: str       # a run_summary key, named in METRICS
     side: str      # "higher" or "lower": the way the method is made to move it
-    margin: tuple  # (size, unit): "points" or "nats" (the number's own unit), "relative" (a share of the other run's)
+    margin: float  # in the number's own unit (a share as a fraction: 0.05 is 5 points)
+    best: float = None  # the furthest the number can go its way (1 for an accuracy, 0 for a share or a bias), if any
 
     def gain(self, other, own):
-        """How far one run's summary (own) is ahead of another's on this number, in its unit: + ahead, - behind."""
+        """How far one run's summary (own) is ahead of another's on this number: + ahead, - behind."""
         return own[self.key] - other[self.key] if self.side == "higher" else other[self.key] - own[self.key]
 
-    def need(self, other):
-        size, unit = self.margin
-        return size * (abs(other[self.key]) if unit == "relative" else 1)
+    def room(self, without):
+        """How far the run without could still move its way (inf where nothing bounds the number)."""
+        if self.best is None:
+            return float("inf")
+        return self.best - without[self.key] if self.side == "higher" else without[self.key] - self.best
 
     def moved(self, without, with_):
-        """The method's run moved the number its way by at least the margin (and by more than 0: 2% of 0 asks
-        nothing)."""
-        gain = self.gain(without, with_)
-        return gain > 0 and gain >= self.need(without)
+        """The method's run is ahead of the run without by more than the margin."""
+        return self.gain(without, with_) > self.margin
 
     def against(self, rival, own):
         """'better', 'same' or 'worse': a method's run beside a rival's, by the margin either way."""
         gain = self.gain(rival, own)
-        if gain > 0 and gain >= self.need(rival):
-            return "better"
-        return "worse" if gain < 0 and -gain >= self.need(rival) else "same"
+        return "better" if gain > self.margin else "worse" if -gain > self.margin else "same"
 
     @property
     def text(self):
-        return f"{METRICS[self.key]} {self.side}, by >= {margin_text(*self.margin)}"
+        return f"{METRICS[self.key]} {self.side}, by more than {margin_text(self.key, self.margin)}"
 
 
-def margin_text(size, unit):
-    if unit == "nats":
-        return f"{size:g} nats"
-    return f"{size * 100:g} points" if unit == "points" else f"{size * 100:g}% of the other run's"
+PERCENT = {"final", "sampled_final", "eval_mean", "drop", "sampled_drop", "kl_bias", "grad_limited_steps",
+           "entropy_peak_share", "mean_truncated_frac", "reward_kept"}  # shares: their margins are in points
+
+
+def margin_text(key, size):
+    """A margin as the pages print it: '4.9 points' for a share, else in the number's own unit."""
+    if key in PERCENT:
+        return f"{size * 100:.2g} points"
+    return f"{size:.2g}" + {"entropy": " nats", "think_half_step": " steps", "distinct_final": " answers"}.get(key, "")
 
 
 class Mechanism(NamedTuple):
@@ -330,14 +367,16 @@ METRICS = {  # run_summary's keys, as the tables and the records name them
     "late_resp_len": "answers' length, 2nd half", "mean_truncated_frac": "cut share, mean of the run",
     "sampled_final": "sampled held-out accuracy, end", "final": "greedy held-out accuracy, end",
     "eval_mean": "greedy held-out accuracy, mean of the evaluations", "drop": "greedy accuracy's fall from its peak",
-    "kl_bias": "KL estimate's bias, \\|mean (estimate - exact) / exact\\| over the run",
+    "sampled_drop": "sampled accuracy's fall from its peak", "reward_kept": "the reward's lowest after its peak, of it",
+    "kl_bias": "KL estimate's bias, \\|sum (estimate - exact)\\| / sum exact over the run",
     "distinct_final": "different right answers a held-out problem in 16 samples, end",
+    "distinct_fall": "different right answers a problem: their fall from step 0",
     "sampler_entropy": "the sampled policy's entropy, last 10 steps", "entropy": "the learner's entropy, last 10 steps",
     "entropy_peak_share": "the learner's highest 20-step entropy, of ln V",
     "think_half_step": "steps until half the sampled answers reason", "reward": "training reward, last 10 steps",
     "grad_limited_steps": "steps whose largest gradient norm passed its limit, 1 (--max-grad-norm)",
     "mean_kl_exact": "exact KL(pi \\|\\| pi_ref), mean of the run",
-    # mechanisms and costs: what a method does, means of the run unless named
+    # failures, mechanisms and costs: what a method is for and what it does, means of the run unless named
     "grad_norm_peak": "the run's largest gradient norm", "kl_low": "the KL term's lowest step",
     "mean_sampler_gap": "\\|log pi_old - log pi_sampler\\| a token",
     "mean_format_paid_wrong": "format bonus paid to a wrong answer",
@@ -352,435 +391,418 @@ METRICS = {  # run_summary's keys, as the tables and the records name them
     "mean_adv_to_centred": "\\|A\\| over \\|r - group mean\\|", "mean_equal_groups_adv": "\\|A\\| in all-equal groups",
     "mean_kl_grad_bias": "the KL gradient's bias", "mean_zero_std_frac": "groups with no signal",
     "early_logratio_std_token": "the token ratio's spread, first 10 steps",
+    "mean_reward_collapse_frac": "groups where answers whose terms differ tie",
+    "early_reward_collapse_frac": "groups where answers whose terms differ tie, first 10 steps",
+    "mean_tied_adv_gap": "\\|A_i - A_j\\| of two such answers", "late_resp_len_correct": "right answers' length, 2nd half",
+    "early_resp_len": "answers' length, first 10 steps",
+    "mean_adv_mean": "the advantages' mean", "mean_clip_high_lowp_frac": "of the high-clipped tokens, those below p 0.2",
+    "mean_sapo_gate": "SAPO's gate on the gradient, mean",
 }
 
 
 class Record(NamedTuple):
     """What every judged method names, whatever it is (a lesson's fix, an item of the closing list, a method of the
-    field): its source's claim, what it does by construction, what a learner would pick instead, what it costs."""
+    field): its source's claim, the failure it is for, what it does by construction, the settings it changes, what a
+    learner would pick instead, what it costs."""
     claim: str            # one sentence, as its source states it
     source: str           # where: the paper (arXiv id, section) or the code (repository, file)
+    failure: Failure      # what it is for, as the run without it shows it
     mechanism: Mechanism  # what it does by construction: it must act in every seed
+    switches: tuple       # the settings (train.py flags, as their dest names) its run changes, its source's own values
+    #                       among them: its run and the run without it differ in these alone (tests/test_experiments.py)
     rivals: list          # [experiment]: what a learner would pick instead, in the same regime, judged by the same number
     costs: list           # [run_summary key]: the share of tokens or answers it drops or zeroes, or what it pays
 
 
+# One seed's verdict. Held or not held where the run without shows the failure and its number could move by the margin;
+# "no failure here" where the run without shows none; "cannot detect" where the number could not move by the margin
+# even if the method did all it claims (a bias of 3% cannot fall by 5 points). Neither of the last two counts as held
+# or as not held.
+HELD, NOT_HELD, NO_FAILURE, CANNOT_DETECT = "held", "not held", "no failure here", "cannot detect"
+
+
+def verdict(judged, runs):
+    """One seed's verdict of a lesson, fix or variant: runs {experiment: its summary in that seed}, its two
+    experiments' at least (a KeyError names a number missing: report.judge says so, and gives no verdict)."""
+    without = judged.experiments[0]
+    if not judged.record.failure.present(runs, without):
+        return NO_FAILURE
+    if judged.number.room(runs[without]) <= judged.number.margin:
+        return CANNOT_DETECT
+    return HELD if judged.check(runs) else NOT_HELD
+
+
+class Judged(NamedTuple):
+    """A lesson, a fix or a field method: its two runs, its number and its record, and what the pages say of it."""
+    kind: str          # "lesson", "fix" or "field"
+    experiments: list  # [the run without it, the run with it]: names of EXPERIMENTS
+    number: Number     # what it is judged by
+    record: Record     # its claim, failure, mechanism, switches, rivals and costs
+    what: str          # what it changes, or fixes, in a few words
+    regime: str        # where it runs, in words
+    words: tuple = ()  # a lesson's (what its mechanism does, what its number shows): how the verdict lines say them
+    parts: list = []   # a lesson whose fix changes two settings: the runs that change one each (which does the work)
+    keeps: str = None  # an experiment it must not fall behind by the margin (the 80/20 rule's: every token)
+    numbers: str = ""  # a fix's numbers in the book's closing list ("1, 2"), or where else it comes from
+
+    def check(self, runs):
+        """One seed's outcome: the method's run ahead of the run without by more than the margin (and, with
+        `keeps`, not behind that run by more)."""
+        without, with_ = (runs[n] for n in self.experiments)
+        kept = self.keeps is None or self.number.against(runs[self.keeps], with_) != "worse"
+        return self.number.moved(without, with_) and kept
+
+    @property
+    def rule(self):
+        """What the check asks, in words, exactly as `check` does it."""
+        keeps = f", and not behind {self.keeps} by as much" if self.keeps else ""
+        return f"{self.number.text}{keeps}"
+
+
 # ---------------------------------------------------------------- 3. the lessons
+# Each margin below is the most that two seeds of the run without differ (seeds 0-4), rounded up: Number's rule.
 
-def broken_vs_fixed(broken, fixed, points=0.15, gap=None):
-    """The lessons' one test: the broken run's greedy accuracy falls at least `points` from
-    its own peak and ends at least `gap` (by default `points`) below the fixed run's. (15 points:
-    one prompt a step is noisy, and runs that do not collapse still drift; EXPERIMENTS.md says how far.)"""
-    gap = points if gap is None else gap
-    return broken["peak"] - broken["final"] >= points and fixed["final"] - broken["final"] >= gap
-
-
-def falls_and_trails(broken, fixed):
-    """Lesson 1's test: broken_vs_fixed with the fix 10 points ahead at the end, not 15. In the book's regime
-    PPO's clip run drifts too, and the knobs that stop its drift stop the collapse without a clip as well
-    (EXPERIMENTS.md, lesson 1's ablation); the clip's mechanism, the update it bounds, separates the two runs
-    where their accuracy does not (the lesson's Record)."""
-    return broken_vs_fixed(broken, fixed, *GREEDY_RULES[falls_and_trails])
-
-
-# the checks on greedy accuracy -> (the broken run's fall from its peak, its gap below the fix at the end)
-GREEDY_RULES = {broken_vs_fixed: (0.15, 0.15), falls_and_trails: (0.15, 0.10)}
-
-
-def sampled_falls(run, points=0.15):
-    """The held-out accuracy of answers drawn as the rollouts draw them falls `points` from its
-    peak: what the book's 7_3 log shows of its runaway (its training reward, sampled at T 0.8 and
-    top-p 0.9, 0.6-0.9 -> 0.04-0.25), where greedy decoding falls less (46.2% -> 33.0%)."""
-    return run["sampled_peak"] is not None and run["sampled_peak"] - run["sampled_final"] >= points
-
-
-def runs_away(broken, fixed, points=0.15):
-    """The runaway by the signs of the book's 7_3 log: the learner's entropy (a 20-step mean)
-    reaches half its maximum, ln V, and the sampled held-out accuracy falls `points` from its
-    peak and ends `points` below the fix's. Greedy accuracy and the answers at the cap are
-    reported beside it, as signs of their own (report.lesson_table)."""
-    return (broken["entropy_peak"] >= 0.5 * broken["ln_vocab"] and sampled_falls(broken, points)
-            and fixed["sampled_final"] is not None and fixed["sampled_final"] - broken["sampled_final"] >= points)
-
-
-def reward_hides_the_collapse(ungated, gated, points=0.15):
-    """The format lesson as the book's two 7_6 runs show it: both runs collapse (sampled accuracy
-    falls `points` from its peak), but ungated the format reward (20-step mean) ends above 0.9 and
-    the total reward's lowest 50-step mean after its peak stays at or above half that peak (the
-    reward a learner watches hides the collapse), while gated it drops below half (it shows it)."""
-    return (sampled_falls(ungated, points) and sampled_falls(gated, points) and ungated["reward_format_end"] > 0.9
-            and ungated["reward_low_after_peak"] >= 0.5 * ungated["reward_peak50"]
-            and gated["reward_low_after_peak"] < 0.5 * gated["reward_peak50"])
-
-
-class Lesson(NamedTuple):
-    """A lesson of the chapter: a broken run beside its fix, judged seed by seed."""
-    experiments: list  # [broken, fixed]: two names of EXPERIMENTS
-    check: Callable    # check(broken's summary, fixed's summary, of one seed: run_summary's numbers) -> bool
-    rule: str          # what the check asks, in words (the pages print it)
-    number: Number     # the check's number alone, to set the fix beside its rivals
-    record: Record     # the fix's claim, mechanism, rivals and costs
-    words: tuple       # (what its mechanism does, what its check finds): how the verdict lines say them
-
-
-CLIP = Record(
+DECAY = at_least("drop", 0.15, "its greedy accuracy falls 15 points or more from its peak")
+BOOK_CLIP = Record(
     claim="The clipped_ratio enforces a maximum deviation from the old policy to ensure that updates remain relatively "
           "conservative and improve training stability.",
-    source="the book, ch07_main.ipynb, 7.4 (7_4_plus_clip_ratio.py); PPO, arXiv 1707.06347, sec. 3",
-    mechanism=below_without("grad_norm_peak", 0.5), rivals=["book_clip10"], costs=["mean_clip_frac"])
+    source="the book, ch07_main.ipynb, 7.4 (7_4_plus_clip_ratio.py: eps 10 on the summed ratio)", failure=DECAY,
+    mechanism=above("mean_clip_frac", 0), switches=("clip",), rivals=["book_ppo_clip"], costs=["mean_clip_frac"])
+PPO_CLIP = Record(
+    claim="The clipped objective removes the incentive for moving the ratio outside the interval [1 - eps, 1 + eps].",
+    source="PPO, arXiv 1707.06347, sec. 3 (eps 0.2, per token as GRPO's, DeepSeekMath arXiv 2402.03300 eq. 3)",
+    failure=DECAY, mechanism=above("mean_clip_frac", 0), switches=("objective", "clip"), rivals=["book_gmpo"],
+    costs=["mean_clip_frac"])
 K3 = Record(
     claim="We estimate the KL divergence with the following unbiased estimator (Schulman, 2020), which is guaranteed "
           "to be positive.",
     source="DeepSeekMath, arXiv 2402.03300, sec. 4.1.1 (k3 per token); the book blames the sum over tokens (7.5)",
-    mechanism=Mechanism("kl_low", "at least 0", lambda without, with_: with_ >= 0),
-    rivals=["book_nokl", "book_kl_beta002"], costs=[])
+    failure=DECAY, mechanism=Mechanism("kl_low", "at least 0", lambda without, with_: with_ >= 0),
+    switches=("kl_estimator", "kl_level"), rivals=["book_nokl", "book_kl_beta002"], costs=[])
+RUNS_AWAY = Failure("entropy_peak_share", "its entropy reaches half of ln V and its sampled accuracy falls 15 points or "
+                    "more from its peak", lambda run: run["entropy_peak_share"] >= 0.5 and run["sampled_drop"] >= 0.15)
+HIDES = Failure("reward_kept", "its sampled accuracy falls 15 points or more from its peak while its reward keeps half "
+                "its peak or more: the reward a learner watches hides the fall",
+                lambda run: run["sampled_drop"] >= 0.15 and run["reward_kept"] >= 0.5)
+BOOK_REGIME = "the book's regime: one prompt and 8 answers a step, 500 steps"
 LESSONS = {
-    "instability": Lesson(["book_noclip", "book_ppo_clip"], falls_and_trails,
-                          "no clip's greedy accuracy falls >= 15 points from its peak and ends >= 10 below PPO's clip "
-                          "(which drifts down too)",
-                          Number("final", "higher", (0.10, "points")), CLIP,
-                          ("The clip bounds the update", "accuracy is rescued")),
-    "naive_kl": Lesson(["book_kl", "book_kl_k3"], broken_vs_fixed,
-                       "k1 on summed log-probs' greedy accuracy falls >= 15 points from its peak and ends >= 15 below "
-                       "k3 per token", Number("final", "higher", (0.15, "points")), K3,
-                       ("k3 stays non-negative", "accuracy is rescued")),
-    "naive_kl_reuse": Lesson(["kl_naive", "kl_k3"], broken_vs_fixed,
-                             "the same in our default regime (two updates a rollout)", Number("final", "higher", (0.15, "points")),
-                             K3._replace(rivals=["default"]), ("k3 stays non-negative", "accuracy is rescued")),
-    "runaway": Lesson(["book_runaway", "book_runaway_keepmask"], runs_away,
-                      "the book's 7_3's entropy reaches half of ln V, and its sampled accuracy falls >= 15 points "
-                      "from its peak and ends >= 15 below the fix's", Number("sampled_final", "higher", (0.15, "points")),
-                      Record(claim="We preserve the truncation masks during sampling from pi_old and apply them to "
-                                   "pi_theta during training, ensuring both policies share identical action subspaces.",
-                             source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1, Keep Sampling Mask (the book's item 11)",
-                             mechanism=at_most("mean_sampler_gap", 0.01),
-                             rivals=["book_runaway_k3", "book_runaway_T1"], costs=[]),
-                      ("The learner keeps to the sampler's support", "the runaway is stopped")),
-    "format_exploit": Lesson(["book_runaway_format", "book_runaway_format_gated"], reward_hides_the_collapse,
-                             "both runs' sampled accuracy falls >= 15 points; ungated, the format reward ends above 0.9 "
-                             "and the reward keeps half its peak (it hides the fall); gated, it loses more than half",
-                             Number("sampled_final", "higher", (0.15, "points")),
-                             Record(claim="The model already gets too many rewards from following the <think> tag "
-                                          "format; another improvement could be to make the format reward conditional, "
-                                          "only awarded if the answer is also correct.",
-                                    source="the book, ch07_main.ipynb, 7.6 (7_6_plus_format_reward.py)",
-                                    mechanism=at_most("mean_format_paid_wrong", 0),
-                                    rivals=["book_runaway_format_w01"], costs=[]),
-                             ("The gate pays no wrong answer", "the ungated reward hides the collapse")),
+    "instability": Judged(
+        "lesson", ["book_noclip", "book_clip10"], Number("final", "higher", 0.18, 1.0), BOOK_CLIP,
+        "the book's clip, eps 10 on the summed ratio", BOOK_REGIME + ", 4 inner epochs from a frozen copy, no KL",
+        words=("The book's clip binds", "accuracy is rescued")),
+    "instability_ppo": Judged(
+        "lesson", ["book_token_noclip", "book_ppo_clip"], Number("final", "higher", 0.13, 1.0), PPO_CLIP,
+        "PPO's clip, eps 0.2 on each token's ratio", BOOK_REGIME + ", 4 inner epochs, no KL, the ratio per token",
+        words=("PPO's clip binds", "accuracy is rescued")),
+    "naive_kl": Judged(
+        "lesson", ["book_kl", "book_kl_k3"], Number("final", "higher", 0.002, 1.0), K3,
+        "k3 per token in place of k1 on summed log-probs", BOOK_REGIME + ", the book's 7_5 (k1 on sums, beta 0.1)",
+        words=("k3 stays non-negative", "accuracy is rescued"), parts=["book_kl_k1_token", "book_kl_k3_sum"]),
+    "runaway": Judged(
+        "lesson", ["book_runaway", "book_runaway_keepmask"], Number("sampled_final", "higher", 0.32, 1.0),
+        Record(claim="We preserve the truncation masks during sampling from pi_old and apply them to pi_theta during "
+                     "training, ensuring both policies share identical action subspaces.",
+               source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1, Keep Sampling Mask (the book's item 11)",
+               failure=RUNS_AWAY, mechanism=at_most("mean_sampler_gap", 0.01),
+               switches=("learner_temperature", "keep_sampling_mask"), rivals=["book_runaway_k3", "book_runaway_T1"],
+               costs=[]),
+        "the learner at the sampler's T 0.8 and on its top-p support", BOOK_REGIME + ", the runaway's task, the "
+        "book's 7_3 (one update a step, no KL)", words=("The learner keeps to the sampler's support",
+                                                        "the runaway is stopped"),
+        parts=["book_runaway_matched", "book_runaway_keepmask_T1"]),
+    "format_exploit": Judged(
+        "lesson", ["book_runaway_format", "book_runaway_format_gated"], Number("reward_kept", "lower", 0.2, 0.0),
+        Record(claim="The model already gets too many rewards from following the <think> tag format; another "
+                     "improvement could be to make the format reward conditional, only awarded if the answer is also "
+                     "correct.", source="the book, ch07_main.ipynb, 7.6 (7_6_plus_format_reward.py)", failure=HIDES,
+               mechanism=at_most("mean_format_paid_wrong", 0), switches=("gated",),
+               rivals=["book_runaway_format_w01"], costs=[]),
+        "the format bonus paid only with a right answer", BOOK_REGIME + ", the runaway's task, the book's 7_6 bonus",
+        words=("The gate pays no wrong answer", "the reward shows the fall")),
 }
-# the four lessons the pages number, in the chapter's order of their failures
-NUMBERED = {"instability": 1, "naive_kl": 2, "runaway": 3, "format_exploit": 4}
+# the four lessons the pages number, in the chapter's order of their failures (lesson 1 in its two steps)
+NUMBERED = {"instability": 1, "instability_ppo": 1, "naive_kl": 2, "runaway": 3, "format_exploit": 4}
 LABELS = {  # experiment -> how the pages' verdict lines name it
-    "book_noclip": "no clip", "book_ppo_clip": "PPO's clip", "book_kl": "k1 on summed log-probs",
-    "book_kl_k3": "k3 per token", "kl_naive": "k1 on summed log-probs", "kl_k3": "k3 per token",
-    "book_runaway": "the book's 7_3", "book_runaway_keepmask": "the learner on the sampler's support",
-    "book_runaway_format": "ungated", "book_runaway_format_gated": "gated", "book_clip10": "the book's clip, eps 10",
-    "book_nokl": "no KL", "book_kl_beta002": "k1 at beta 0.02", "book_runaway_k3": "a k3 KL, beta 0.1",
-    "book_runaway_T1": "the sampler at T 1", "book_runaway_format_w01": "the bonus at 0.1", "default": "no KL",
+    "book_noclip": "no clip", "book_clip10": "the book's clip, eps 10", "book_token_noclip": "the token's ratio, no clip",
+    "book_ppo_clip": "PPO's clip", "book_kl": "k1 on summed log-probs", "book_kl_k3": "k3 per token",
+    "book_kl_k1_token": "k1 per token", "book_kl_k3_sum": "k3 on the sums",
+    "book_runaway": "the book's 7_3", "book_runaway_keepmask": "the learner on the sampler's support at its T",
+    "book_runaway_matched": "the learner at the sampler's T alone", "book_runaway_keepmask_T1": "the support alone",
+    "book_runaway_format": "ungated", "book_runaway_format_gated": "gated", "book_nokl": "no KL",
+    "book_kl_beta002": "k1 at beta 0.02", "book_runaway_k3": "a k3 KL, beta 0.1", "book_runaway_T1": "the sampler at T 1",
+    "book_runaway_format_w01": "the bonus at 0.1", "book_gmpo": "GMPO",
 }
 
 
 # ---------------------------------------------------------------- 4. the fixes
 
-class Fix(NamedTuple):
-    """An item of the chapter's closing list, or another named fix: the same run without it and with it, judged
-    by the number its source says it moves."""
-    numbers: str     # its numbers in the book's list ("1, 2"), or where else it comes from ("DAPO", "gdpo.py"; "-")
-    fixes: str       # what it fixes
-    regime: str      # where it runs: the regime in which that failure happens
-    without: str     # the experiment without it (a name of EXPERIMENTS)
-    with_: str       # the same experiment with it
-    number: Number   # the number it is judged by, the way and the margin
-    gates: list      # [(run_summary key, what it is)]: numbers of the run *without* it that show the failure present,
-    # so that a fix that moves nothing can be told from a fix with nothing to act on
-    record: Record   # its claim, mechanism, rivals and costs
-
-    @property
-    def experiments(self):
-        """[without, with]: a Lesson's [broken, fixed]."""
-        return [self.without, self.with_]
-
-    def check(self, without, with_):
-        """One seed's two summaries: its number moved its way by its margin."""
-        return self.number.moved(without, with_)
-
-    @property
-    def rule(self):
-        return f"{self.fixes}: {self.number.text}"
-
-
 LAG_DECOUPLED = "rollouts 4 steps old, pi_old the learner (decoupled), lr 3e-4"
 RARE_REGIME = "a warm start that seldom reasons, 16 updates a rollout"
+RUNAWAY_TOKEN = "the runaway (the book's 7_3), each answer's log-probs averaged over its tokens"
+STALE = at_least("grad_limited_steps", 0.2, "a fifth or more of its steps pass the gradient-norm limit")
+RARE_CLIPPED = at_least("mean_clip_high_lowp_frac", 0.5, "most of the tokens its high clip stops are below p 0.2 "
+                        "(DAPO's Fig. 3a: nearly all)")
+ENTROPY_CLIMBS = at_least("entropy_peak_share", 0.5, "its entropy climbs to half of ln V")
 # the closing list (the book's 7_7_improvements: olmo3_style.py items 1-7, deepseek_v32_style.py 8-12) and the other
-# named fixes: item -> Fix. Each margin is twice the std over seeds 0-2 of the run without the fix, rounded up to two
-# digits, as results.jsonl records them (tests/test_verdicts.py holds each to that rule): in points for a share (an
-# accuracy, the cut share, the KL's relative bias), relative for a count or a length, whose scale the regime sets
-# (the prompts a step, the cap), in nats for an entropy
+# named fixes, each where its failure happens, beside the same run without it
 FIXES = {
-    "dynamic_sampling": Fix(
-        numbers="1, 2", fixes="groups with no signal", regime="the default at 4 prompts a step",
-        without="ds4", with_="ds4_dynamic", number=Number("eval_mean", "higher", (0.012, "points")),
-        gates=[("mean_zero_std_frac", "groups with no signal")],
-        record=Record(claim="Over-sample and filter out prompts with the accuracy equal to 1 and 0 ... the experiment "
-                            "achieves the same performance faster.",
-                      source="DAPO, arXiv 2503.14476, sec. 3.2 and Fig. 6",
-                      mechanism=above_without("mean_signal_groups", 1.1), rivals=["ds8"],
-                      costs=["mean_zero_std_frac"])),
-    "token_mean": Fix(
-        numbers="3", fixes="long answers weighing less per token", regime="the runaway's task, default settings",
-        without="search", with_="search_token", number=Number("late_resp_len", "lower", (0.25, "relative")),
-        gates=[("mean_truncated_frac", "answers cut at the cap")],
-        record=Record(claim="Sample-level loss calculation ... leads to an unhealthy increase in entropy and response "
-                            "length.", source="DAPO, arXiv 2503.14476, sec. 3.3",
-                      mechanism=at_most("mean_token_weight_spread", 1.001), rivals=["search_drgrpo"], costs=[])),
-    "drgrpo": Fix(
-        numbers="7", fixes="the same, and the std's weight on easy groups",
-        regime="the runaway's task, default settings",
-        without="search", with_="search_drgrpo", number=Number("late_resp_len_wrong", "lower", (0.26, "relative")),
-        gates=[("mean_truncated_frac", "answers cut at the cap")],
-        record=Record(claim="An optimization bias in GRPO ... artificially increases response length (especially "
-                            "for incorrect outputs) during training.", source="Dr. GRPO, arXiv 2503.20783, abstract",
-                      mechanism=at_most("mean_token_weight_spread", 1.001), rivals=["search_token"], costs=[])),
-    "overlong": Fix(
-        numbers="DAPO", fixes="answers cut at the cap", regime="the runaway",
-        without="book_runaway", with_="book_runaway_overlong", number=Number("mean_truncated_frac", "lower",
-                                                                             (0.038, "points")),
-        gates=[("mean_truncated_frac", "answers cut at the cap")],
-        record=Record(claim="The longer the response, the greater the punishment it receives ... signaling to the "
-                            "model to avoid excessively long responses.", source="DAPO, arXiv 2503.14476, sec. 3.4",
-                      mechanism=Mechanism("mean_reward_overlong", "below 0", lambda without, with_: with_ < 0),
-                      rivals=["book_runaway_mask_truncated"], costs=["mean_reward_overlong"])),
-    "keep_mask": Fix(
-        numbers="11", fixes="a learner with mass where top-p never samples", regime="the runaway",
-        without="book_runaway", with_="book_runaway_keepmask_T1",
-        number=Number("entropy_peak_share", "lower", (0.015, "points")),
-        gates=[("mean_tis_weight_mean", "the learner's mass on what the sampler can draw")],
-        record=Record(claim="Combining top-p sampling with the Keep Sampling Mask strategy effectively preserves "
-                            "language consistency during RL training.",
-                      source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1",
-                      mechanism=below_without("mean_sampler_gap", 0.5), rivals=["book_runaway_tis"], costs=[])),
-    "tis": Fix(
-        numbers="6, as a sampler weight", fixes="a sampler that is not the policy the ratio starts from",
-        regime=LAG_DECOUPLED, without="lag_decoupled", with_="lag_decoupled_tis",
-        number=Number("grad_limited_steps", "lower", (0.14, "points")),
-        gates=[("mean_sampler_kl_k3", "KL(sampler || pi_old) a token"),
-               ("mean_tis_weight_above_2", "tokens whose weight pi_old / pi_sampler passes the cap, 2")],
-        record=Record(claim="The implementation gap implicitly turns the on-policy RL to be off-policy; a simple yet "
-                            "effective importance sampling technique handles such discrepancy.",
-                      source="Yao et al. 2025, 'Your Efficient RL Framework Secretly Brings You Off-Policy RL Training'",
-                      mechanism=above("mean_tis_weight_above_2", 0), rivals=["lag_decoupled_masked"],
-                      costs=["mean_is_weight_mean"])),
-    "kl_reweight": Fix(
-        numbers="9", fixes="a KL estimated on pi_old's samples", regime="KL 0.5, 16 updates a rollout, token mean, 50 steps",
-        without="kl_reuse", with_="kl_reuse_reweight", number=Number("kl_bias", "lower", (1.7, "points")),
-        gates=[("mean_ppo_kl", "KL(pi_old || pi) an update")],
-        record=Record(claim="We correct the K3 estimator to obtain an unbiased KL estimate using the importance-sampling "
-                            "ratio between the current policy and the old policy.",
-                      source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1",
-                      mechanism=above("mean_ppo_kl", 1e-4), rivals=["kl_reuse_k3plus"], costs=[])),
-    "entropy_bonus": Fix(
-        numbers="-", fixes="lost diversity: one right answer kept of several",
-        regime="inequalities with 2-6 right digits, 16 updates a rollout",
-        without="many", with_="many_entropy", number=Number("distinct_final", "higher", (0.08, "relative")),
-        gates=[("distinct_fall", "the different right answers a problem: their fall from step 0")],
-        record=Record(claim="A positive value adds an entropy bonus that encourages exploration by keeping the policy "
-                            "from collapsing to near-deterministic outputs.",
-                      source="TRL, grpo_config.py, entropy_coef (PPO, arXiv 1707.06347, sec. 5)",
-                      mechanism=above_without("entropy", 1.1), rivals=["many_klcov"], costs=[])),
-    "clip_higher": Fix(
-        numbers="5", fixes="a rare token that pays, clipped", regime=RARE_REGIME,
-        without="rare", with_="rare_clip_higher", number=Number("entropy", "higher", (0.006, "nats")),
-        gates=[("mean_clip_high_lowp_frac", "of the high-clipped tokens, the share below p 0.2")],
-        record=Record(claim="We increase the value of eps_high to leave more room for the increase of low-probability "
-                            "tokens; this effectively enhances the policy's entropy.",
-                      source="DAPO, arXiv 2503.14476, sec. 3.1",
-                      mechanism=below_without("mean_clip_frac_high", 0.9), rivals=["rare_cispo"],
-                      costs=["mean_clip_frac"])),
-    "cispo": Fix(
-        numbers="-", fixes="a rare token that pays, its gradient dropped", regime=RARE_REGIME,
-        without="rare", with_="rare_cispo", number=Number("think_half_step", "lower", (0.4, "relative")),
-        gates=[("mean_clip_high_lowp_frac", "of the high-clipped tokens, the share below p 0.2")],
-        record=Record(claim="These tokens were clipped out after the first on-policy update, preventing them from "
-                            "contributing to subsequent off-policy gradient updates.",
-                      source="MiniMax-M1 (CISPO), arXiv 2506.13585, sec. 3.1",
-                      mechanism=above("mean_clip_frac", 0), rivals=["rare_clip_higher"], costs=[])),
-    "gdpo": Fix(
-        numbers="gdpo.py", fixes="a rare reward term drowned by a common one",
-        regime=RARE_REGIME + ", a format bonus of 0.1",
-        without="rare_format", with_="rare_format_gdpo", number=Number("think_half_step", "lower", (0.25, "relative")),
-        gates=[("mean_adv_correct_corr", "the correctness reward's correlation with the advantage")],
-        record=Record(claim="GRPO in multi-reward settings leads to reward advantages collapse; GDPO resolves this by "
-                            "decoupling reward normalization across individual rewards.",
-                      source="GDPO, arXiv 2601.05242, abstract (NVlabs/GDPO)",
-                      mechanism=above_without("mean_adv_correct_corr", 1.0), rivals=["rare_format_nostd"], costs=[])),
-    "dual_clip": Fix(
-        numbers="-", fixes="stale wrong answers made likelier: an unbounded loss",
-        regime="rollouts 4 steps old, pi_old their sampler, lr 3e-4",
-        without="lag", with_="lag_dual_clip", number=Number("grad_limited_steps", "lower", (0.07, "points")),
-        gates=[("mean_neg_ratio_above_3", "of the wrong answers' tokens, the share with ratio > 3")],
-        record=Record(claim="Where A < 0, r A is unbounded below as the ratio grows; the dual clip bounds it by c A, "
-                            "c > 1 (paraphrase).",
-                      source="Ye et al. 2020, arXiv 1912.09729; verl compute_policy_loss_vanilla, clip_ratio_c",
-                      mechanism=above("mean_neg_ratio_above_3", 0), rivals=["lag_masked"], costs=[])),
-    "off_policy_mask": Fix(
-        numbers="10", fixes="stale wrong answers far from the policy", regime=LAG_DECOUPLED,
-        without="lag_decoupled", with_="lag_decoupled_masked", number=Number("grad_limited_steps", "lower",
-                                                                             (0.14, "points")),
-        gates=[("mean_sampler_kl_k3", "KL(sampler || pi_old) a token"),
-               ("mean_neg_far_frac", "answers the mask at delta 0.1 would drop")],
-        record=Record(claim="We mask negative sequences that introduce significant policy divergence; this improves "
-                            "stability in certain training scenarios that would otherwise exhibit instability.",
-                      source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1",
-                      mechanism=above("mean_off_policy_masked_frac", 0), rivals=["lag_decoupled_tis"],
-                      costs=["mean_off_policy_masked_frac"])),
-    "gspo": Fix(
-        numbers="-", fixes="a noisy token ratio", regime="the runaway's task, dropout 0.1 in the learner only, 60 steps",
-        without="search_dropout", with_="search_dropout_gspo", number=Number("reward", "higher", (0.034, "points")),
-        gates=[("early_logratio_std_token", "the token log-ratio's spread, first 10 steps")],
-        record=Record(claim="GSPO defines the importance ratio based on sequence likelihood ... and achieves superior "
-                            "training efficiency and performance compared to GRPO.",
-                      source="GSPO, arXiv 2507.18071, abstract",
-                      mechanism=Mechanism("early_logratio_std_seq", "at most half the token ratio's spread without it",
-                                          lambda without, with_: with_ <= 0.5 * without, "early_logratio_std_token"),
-                      rivals=["search_dropout_gmpo"], costs=["mean_clip_frac"])),
+    "dynamic_sampling": Judged(
+        "fix", ["ds4", "ds4_dynamic"], Number("eval_mean", "higher", 0.04, 1.0),
+        Record(claim="Over-sample and filter out prompts with the accuracy equal to 1 and 0 ... the experiment achieves "
+                     "the same performance faster.", source="DAPO, arXiv 2503.14476, sec. 3.2 and Fig. 6",
+               failure=at_least("mean_zero_std_frac", 0.1, "a tenth or more of its groups have rewards all equal"),
+               mechanism=above_without("mean_signal_groups", 1.1), switches=("dynamic_sampling",), rivals=["ds8"],
+               costs=["mean_zero_std_frac"]),
+        "groups with no signal", "the default at 4 prompts a step, evaluated every 2 steps of 30", numbers="1, 2"),
+    "token_mean": Judged(
+        "fix", ["book_runaway_token", "book_runaway_token_mean"], Number("entropy_peak_share", "lower", 0.06, 0.0),
+        Record(claim="Sample-level loss calculation ... leads to an unhealthy increase in entropy and response length.",
+               source="DAPO, arXiv 2503.14476, sec. 3.3", failure=ENTROPY_CLIMBS,
+               mechanism=at_most("mean_token_weight_spread", 1.001), switches=("loss_agg",),
+               rivals=["book_runaway_token_drgrpo"], costs=[]),
+        "long answers weighing less per token", RUNAWAY_TOKEN, numbers="3"),
+    "drgrpo": Judged(
+        "fix", ["book_runaway_token", "book_runaway_token_drgrpo"], Number("late_resp_len_wrong", "lower", 2.0, 0.0),
+        Record(claim="An optimization bias in GRPO ... artificially increases response length (especially for incorrect "
+                     "outputs) during training.", source="Dr. GRPO, arXiv 2503.20783, abstract",
+               failure=Failure("late_resp_len_wrong", "its wrong answers, 2nd half, are 1.25 times as long as its right "
+                               "ones or more", lambda run: run["late_resp_len_wrong"] >= 1.25 * run["late_resp_len_correct"]),
+               mechanism=at_most("mean_token_weight_spread", 1.001), switches=("loss_agg", "adv_norm"),
+               rivals=["book_runaway_token_mean"], costs=[]),
+        "the same, and the std's weight on easy groups", RUNAWAY_TOKEN, numbers="7"),
+    "overlong": Judged(
+        "fix", ["book_runaway", "book_runaway_overlong"], Number("mean_truncated_frac", "lower", 0.07, 0.0),
+        Record(claim="The longer the response, the greater the punishment it receives ... signaling to the model to "
+                     "avoid excessively long responses.", source="DAPO, arXiv 2503.14476, sec. 3.4",
+               failure=at_least("mean_truncated_frac", 0.1, "a tenth or more of its answers are cut at the cap"),
+               mechanism=Mechanism("mean_reward_overlong", "below 0", lambda without, with_: with_ < 0),
+               switches=("overlong_cache",), rivals=["book_runaway_mask_truncated"], costs=["mean_reward_overlong"]),
+        "answers cut at the cap", "the runaway (the book's 7_3)", numbers="DAPO"),
+    "keep_mask": Judged(
+        "fix", ["book_runaway", "book_runaway_keepmask_T1"], Number("entropy_peak_share", "lower", 0.12, 0.0),
+        Record(claim="Combining top-p sampling with the Keep Sampling Mask strategy effectively preserves language "
+                     "consistency during RL training.", source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1",
+               failure=ENTROPY_CLIMBS, mechanism=below_without("mean_sampler_gap", 0.5),
+               switches=("keep_sampling_mask",), rivals=["book_runaway_tis"], costs=[]),
+        "a learner with mass where top-p never samples", "the runaway (the book's 7_3)", numbers="11"),
+    "tis": Judged(
+        "fix", ["lag_decoupled", "lag_decoupled_tis"], Number("grad_limited_steps", "lower", 0.14, 0.0),
+        Record(claim="The implementation gap implicitly turns the on-policy RL to be off-policy; a simple yet effective "
+                     "importance sampling technique handles such discrepancy.",
+               source="Yao et al. 2025, 'Your Efficient RL Framework Secretly Brings You Off-Policy RL Training'",
+               failure=STALE, mechanism=above("mean_tis_weight_above_2", 0), switches=("tis_cap",),
+               rivals=["lag_decoupled_masked"], costs=["mean_is_weight_mean"]),
+        "a sampler that is not the policy the ratio starts from", LAG_DECOUPLED + " (the run without: decoupled PPO "
+        "with its behaviour weight removed)", numbers="6, as a sampler weight"),
+    "kl_reweight": Judged(
+        "fix", ["kl_reuse", "kl_reuse_reweight"], Number("kl_bias", "lower", 0.05, 0.0),
+        Record(claim="We correct the K3 estimator to obtain an unbiased KL estimate using the importance-sampling ratio "
+                     "between the current policy and the old policy.", source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1",
+               failure=at_least("kl_bias", 0.05, "its KL estimate is off the exact KL by 5% or more over the run"),
+               mechanism=above("mean_ppo_kl", 1e-4), switches=("kl_reweight",), rivals=["kl_reuse_k3plus"], costs=[]),
+        "a KL estimated on pi_old's samples", "KL 0.5, 16 updates a rollout, token mean, 50 steps", numbers="9"),
+    "entropy_bonus": Judged(
+        "fix", ["many", "many_entropy"], Number("distinct_final", "higher", 0.3),
+        Record(claim="A positive value adds an entropy bonus that encourages exploration by keeping the policy from "
+                     "collapsing to near-deterministic outputs.",
+               source="TRL, grpo_config.py, entropy_coef (PPO, arXiv 1707.06347, sec. 5)",
+               failure=at_least("distinct_fall", 0.5, "the different right answers a problem's 16 samples give fall by "
+                                "half an answer or more"),
+               mechanism=above_without("entropy", 1.1), switches=("entropy_coef",), rivals=["many_klcov"], costs=[]),
+        "lost diversity: one right answer kept of several", "inequalities with 2-6 right digits, 16 updates a rollout",
+        numbers="-"),
+    "clip_higher": Judged(
+        "fix", ["rare", "rare_clip_higher"], Number("entropy", "higher", 0.01),
+        Record(claim="We increase the value of eps_high to leave more room for the increase of low-probability tokens; "
+                     "this effectively enhances the policy's entropy.", source="DAPO, arXiv 2503.14476, sec. 3.1",
+               failure=RARE_CLIPPED, mechanism=below_without("mean_clip_frac_high", 0.9), switches=("clip_high",),
+               rivals=["rare_cispo"], costs=["mean_clip_frac"]),
+        "a rare token that pays, clipped", RARE_REGIME, numbers="5"),
+    "cispo": Judged(
+        "fix", ["rare", "rare_cispo"], Number("think_half_step", "lower", 6.0, 1.0),
+        Record(claim="These tokens were clipped out after the first on-policy update, preventing them from "
+                     "contributing to subsequent off-policy gradient updates.",
+               source="MiniMax-M1 (CISPO), arXiv 2506.13585, sec. 3.1", failure=RARE_CLIPPED,
+               mechanism=above("mean_clip_frac", 0), switches=("objective", "clip", "clip_high"),
+               rivals=["rare_clip_higher"], costs=[]),
+        "a rare token that pays, its gradient dropped", RARE_REGIME, numbers="-"),
+    "gdpo": Judged(
+        "fix", ["format1", "format1_gdpo"], Number("eval_mean", "higher", 0.02, 1.0),
+        Record(claim="GRPO in multi-reward settings leads to reward advantages collapse; GDPO resolves this by "
+                     "decoupling reward normalization across individual rewards.",
+               source="GDPO, arXiv 2601.05242, abstract (NVlabs/GDPO)",
+               failure=at_least("early_reward_collapse_frac", 0.1, "in a tenth or more of its groups, first 10 steps "
+                                "(while some answers reason and some do not), two answers whose terms differ tie on "
+                                "the reward"),
+               mechanism=above("mean_tied_adv_gap", 0),
+               switches=("reward_norm",), rivals=["format"], costs=[]),
+        "a right direct answer and a wrong reasoned one, one advantage", "the default, a format bonus of 1",
+        numbers="gdpo.py"),
+    "dual_clip": Judged(
+        "fix", ["lag", "lag_dual_clip"], Number("grad_limited_steps", "lower", 0.07, 0.0),
+        Record(claim="Where A < 0, r A is unbounded below as the ratio grows; the dual clip bounds it by c A, c > 1 "
+                     "(paraphrase).", source="Ye et al. 2020, arXiv 1912.09729; verl compute_policy_loss_vanilla, "
+                                             "clip_ratio_c",
+               failure=STALE, mechanism=above("mean_neg_ratio_above_3", 0), switches=("dual_clip",),
+               rivals=["lag_masked"], costs=[]),
+        "stale wrong answers made likelier: an unbounded loss", "rollouts 4 steps old, pi_old their sampler, lr 3e-4",
+        numbers="-"),
+    "off_policy_mask": Judged(
+        "fix", ["lag_decoupled", "lag_decoupled_masked"], Number("grad_limited_steps", "lower", 0.14, 0.0),
+        Record(claim="We mask negative sequences that introduce significant policy divergence; this improves stability "
+                     "in certain training scenarios that would otherwise exhibit instability.",
+               source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1", failure=STALE,
+               mechanism=above("mean_off_policy_masked_frac", 0), switches=("off_policy_mask",),
+               rivals=["lag_decoupled_tis"], costs=["mean_off_policy_masked_frac"]),
+        "stale wrong answers far from the policy", LAG_DECOUPLED, numbers="10"),
+    "gspo": Judged(
+        "fix", ["dropout", "dropout_gspo"], Number("eval_mean", "higher", 0.04, 1.0),
+        Record(claim="GSPO defines the importance ratio based on sequence likelihood ... and achieves superior training "
+                     "efficiency and performance compared to GRPO.", source="GSPO, arXiv 2507.18071, abstract",
+               failure=at_least("early_logratio_std_token", 0.1, "its token log-ratio's spread, first 10 steps, is 0.1 "
+                                "or more: a noisy token ratio"),
+               mechanism=Mechanism("early_logratio_std_seq", "at most half the token ratio's spread without it",
+                                   lambda without, with_: with_ <= 0.5 * without, "early_logratio_std_token"),
+               switches=("ratio_level", "clip", "clip_high"), rivals=["dropout_gmpo"], costs=["mean_clip_frac"]),
+        "a noisy token ratio", "the default, dropout 0.1 in the learner only, 60 steps", numbers="-"),
 }
 
 
 # ---------------------------------------------------------------- 5. the field past the chapter
 
-class Variant(NamedTuple):
-    """A method of the field past the chapter (field_methods.py), in the regime where the failure it answers lives:
-    its run beside the same run without it, and beside its rivals, by the number its source says it moves."""
-    what: str        # what it changes
-    regime: str      # where it runs
-    without: str     # the run without it (a name of EXPERIMENTS)
-    run: str         # its own run
-    number: Number   # the number it is judged by: moved by its margin against the run without (or by `rule`)
-    record: Record   # its claim, mechanism, rivals and costs
-    rule: Callable = None  # a lesson's check in the number's place (SAPO, GMPO: lesson 1's)
-
-    @property
-    def experiments(self):
-        return [self.without, self.run]
-
-    def check(self, without, with_):
-        return self.rule(without, with_) if self.rule else self.number.moved(without, with_)
-
-
-def not_worse(number):
-    """A check for a method that claims to keep what it is given (the 80/20 rule: the accuracy with 20% of the
-    tokens): not behind the run without it by the number's margin."""
-    return lambda without, with_: number.against(without, with_) != "worse"
-
-
-STALE = Number("grad_limited_steps", "lower", (0.14, "points"))  # the stale sampler's: as TIS, beside the same run
-LESSON1 = Number("final", "higher", (0.10, "points"))
-MANY_FINAL = Number("final", "higher", (0.049, "points"))
 G4_REGIME = "4 answers to each of 32 problems a step"
+TOP_ENTROPY = Number("final", "higher", 0.06, 1.0)  # the 80/20 rule's, against its random control and every token
+MANY_REGIME = "inequalities with 2-6 right digits, 16 updates a rollout"
 FIELD = {
-    "sapo": Variant("a sigmoid gate in place of the clip", "lesson 1's far off-policy epochs", "book_noclip",
-                    "book_sapo", LESSON1, Record(
-                        claim="SAPO replaces hard clipping with a smooth, temperature-controlled gate that adaptively "
-                              "attenuates off-policy updates ... improved training stability.",
-                        source="SAPO, arXiv 2511.20347, abstract; TRL sapo, verl compute_policy_loss_sapo",
-                        mechanism=below_without("grad_norm_peak", 0.5), rivals=["book_ppo_clip"], costs=[]),
-                    falls_and_trails),
-    "gmpo": Variant("the geometric mean of the token ratios, clipped in log space", "lesson 1's far off-policy epochs",
-                    "book_noclip", "book_gmpo", LESSON1, Record(
-                        claim="Replacing GRPO's arithmetic mean with the geometric mean of token-level rewards, as the "
-                              "latter is inherently less sensitive to outliers.",
-                        source="GMPO, arXiv 2507.20673, abstract; verl compute_policy_loss_geo_mean",
-                        mechanism=below_without("grad_norm_peak", 0.5), rivals=["book_ppo_clip"],
-                        costs=["mean_clip_frac"]), falls_and_trails),
-    "icepop": Variant("weights outside [0.5, 5] set to 0, not truncated", LAG_DECOUPLED, "lag_decoupled",
-                      "lag_decoupled_icepop", STALE, Record(
-                          claim="IcePop only calibrates gradients within the acceptable region and discards all noisy "
-                                "gradient updates beyond that boundary.",
-                          source="IcePop, Ring-1T, arXiv 2510.18855, sec. 2.3.2 (alpha 0.5, beta 5)",
-                          mechanism=above("mean_is_masked_frac", 0), rivals=["lag_decoupled_tis"],
-                          costs=["mean_is_masked_frac"])),
-    "sequence_is": Variant("one weight an answer, the product of its tokens', masked above 3", LAG_DECOUPLED,
-                           "lag_decoupled", "lag_decoupled_seq_is", STALE, Record(
-                               claim="Per-sequence weight (product of tokens; unbiased, high variance).",
-                               source="verl rollout_corr_helper.py, rollout_is sequence; TRL sequence_mask, cap 3",
-                               mechanism=above("mean_is_masked_frac", 0), rivals=["lag_decoupled_tis"],
-                               costs=["mean_is_masked_frac"])),
-    "rejection": Variant("answers whose mean k3 from the sampler passes 0.01 dropped", LAG_DECOUPLED, "lag_decoupled",
-                         "lag_decoupled_reject", STALE, Record(
-                             claim="Rejection sampling (RS) corrects for any distribution shift between data "
-                                   "collection and training: binary filtering for outlier exclusion.",
-                             source="verl docs/algo/rollout_corr.md; rollout_corr_helper.py, rollout_rs seq_mean_k3",
-                             mechanism=above("mean_rejected_frac", 0), rivals=["lag_decoupled_tis"],
-                             costs=["mean_rejected_frac"])),
-    "dppo_tv": Variant("a trust region on each probability's move from the sampler, TV 0.15", LAG_DECOUPLED,
-                       "lag_decoupled", "lag_decoupled_dppo_tv", STALE, Record(
-                           claim="The ratio is a noisy single-sample estimate of the true policy divergence; DPPO "
-                                 "achieves superior training stability and efficiency.",
-                           source="DPPO, arXiv 2602.04879, abstract; sail-sg/Stable-RL core_algos.py",
-                           mechanism=above("mean_clip_frac", 0), rivals=["lag_decoupled_tis"],
-                           costs=["mean_clip_frac"])),
-    "dppo_kl": Variant("the same on the binary KL, 0.05", LAG_DECOUPLED, "lag_decoupled", "lag_decoupled_dppo_kl",
-                       STALE, Record(
-                           claim="The ratio is a noisy single-sample estimate of the true policy divergence; DPPO "
-                                 "achieves superior training stability and efficiency.",
-                           source="DPPO, arXiv 2602.04879, abstract; sail-sg/Stable-RL core_algos.py",
-                           mechanism=above("mean_clip_frac", 0), rivals=["lag_decoupled_tis"],
-                           costs=["mean_clip_frac"])),
-    "vespo": Variant("a Gamma weight of each answer's ratio to the sampler", LAG_DECOUPLED, "lag_decoupled",
-                     "lag_decoupled_vespo", STALE, Record(
-                         claim="A closed-form reshaping kernel on sequence-level importance weights ... maintains "
-                               "stable training under staleness ratios up to 64x.",
-                         source="VESPO, arXiv 2602.10693, abstract; FloyedShen/VESPO core_algos.py",
-                         mechanism=Mechanism("mean_is_weight_mean", "below 1", lambda without, with_: with_ < 1),
-                         rivals=["lag_decoupled_tis"], costs=["mean_is_weight_mean"])),
-    "top_entropy": Variant("the gradient on the top 20% of tokens by entropy",
-                           "inequalities with 2-6 right digits, 16 updates a rollout", "many", "many_top_entropy",
-                           MANY_FINAL, Record(
-                               claim="Utilizing only 20% of the tokens while maintaining performance comparable to "
-                                     "full-gradient updates.",
-                               source="the 80/20 rule, arXiv 2506.01939, abstract; TRL top_entropy_quantile",
-                               mechanism=within("mean_low_entropy_frac", 0.75, 0.85), rivals=["many_entropy"],
-                               costs=["mean_low_entropy_frac"]), not_worse(MANY_FINAL)),
-    "adaptive_entropy": Variant("the entropy bonus steered towards 0.2 nats",
-                                "inequalities with 2-6 right digits, 16 updates a rollout", "many",
-                                "many_adaptive_entropy", MANY_FINAL, Record(
-                                    claim="Mitigating premature entropy collapse is critical for improved test "
-                                          "performance.",
-                                    source="Skywork-OR1, arXiv 2505.22312, abstract; TRL use_adaptive_entropy",
-                                    mechanism=within("entropy", 0.1, 0.4), rivals=["many_entropy"], costs=[])),
-    "rloo": Variant("the mean of the other answers as the baseline, undivided", G4_REGIME, "g4", "g4_rloo",
-                    Number("eval_mean", "higher", (0.011, "points")), Record(
-                        claim="RLOO is a variant of REINFORCE that reduces variance by using leave-one-out baselines.",
-                        source="RLOO, arXiv 2402.14740; TRL docs/source/paper_index.md",
-                        mechanism=within("mean_adv_to_centred", 4 / 3 - 1e-3, 4 / 3 + 1e-3), rivals=["g4_drgrpo"],
-                        costs=[])),
-    "reinforce_pp": Variant("the batch's mean and std over its tokens as the baseline", G4_REGIME, "g4",
-                            "g4_reinforce_pp", Number("eval_mean", "higher", (0.011, "points")), Record(
-                                claim="Normalizing advantages across the entire global batch gives a more stable and "
-                                      "effectively unbiased estimate.",
-                                source="REINFORCE++, arXiv 2501.03262, abstract (v9)",
-                                mechanism=above("mean_equal_groups_adv", 0), rivals=["g4_drgrpo"], costs=[])),
-    "luspo": Variant("GSPO's loss times each answer's length", "the runaway's task, dropout 0.1 in the learner only",
-                     "search_dropout", "search_dropout_luspo", Number("late_resp_len", "higher", (0.2, "relative")),
-                     Record(claim="We rectify the length bias inherent in GSPO ... thereby resolving the issue of "
-                                  "response length collapse.",
-                            source="LUSPO, arXiv 2602.05261, abstract; TRL loss_type luspo",
-                            mechanism=at_most("mean_token_weight_spread", 1.001), rivals=["search_dropout_gspo"],
-                            costs=[])),
-    "k3_plus": Variant("k3's value with k2's gradient", "KL 0.1 on the samples of the policy itself", "kl_onpolicy",
-                       "kl_onpolicy_k3plus", Number("mean_kl_exact", "lower", (0.12, "relative")), Record(
-                           claim="The expected gradient of k1 and k3 estimator is not the expected gradient of KL; k2 "
-                                 "gives the right gradient, so we use a straight-through trick.",
-                           source="verl, verl/trainer/ppo/core_algos.py, kl_penalty",
-                           mechanism=at_most("mean_kl_grad_bias", 0.01), rivals=["kl_onpolicy_k2"], costs=[])),
+    "sapo": Judged(
+        "field", ["book_token_noclip", "book_sapo"], LESSONS["instability_ppo"].number,
+        Record(claim="SAPO replaces hard clipping with a smooth, temperature-controlled gate that adaptively attenuates "
+                     "off-policy updates ... improved training stability.",
+               source="SAPO, arXiv 2511.20347, abstract; TRL sapo, verl compute_policy_loss_sapo", failure=DECAY,
+               mechanism=Mechanism("mean_sapo_gate", "below 1", lambda without, with_: with_ < 1),
+               switches=("objective", "clip"), rivals=["book_ppo_clip"], costs=[]),
+        "a sigmoid gate in place of the clip (--clip, the book's 10, is inert with it)",
+        "lesson 1's far off-policy epochs, the ratio per token"),
+    "gmpo": Judged(
+        "field", ["book_token_noclip", "book_gmpo"], LESSONS["instability_ppo"].number,
+        Record(claim="Replacing GRPO's arithmetic mean with the geometric mean of token-level rewards, as the latter is "
+                     "inherently less sensitive to outliers.",
+               source="GMPO, arXiv 2507.20673, abstract; verl compute_policy_loss_geo_mean", failure=DECAY,
+               mechanism=above("mean_clip_frac", 0), switches=("objective", "clip"), rivals=["book_ppo_clip"],
+               costs=["mean_clip_frac"]),
+        "the geometric mean of the token ratios, clipped in log space", "lesson 1's far off-policy epochs, the ratio "
+                                                                          "per token"),
+    "icepop": Judged(
+        "field", ["lag_decoupled", "lag_decoupled_icepop"], FIXES["tis"].number,
+        Record(claim="IcePop only calibrates gradients within the acceptable region and discards all noisy gradient "
+                     "updates beyond that boundary.", source="IcePop, Ring-1T, arXiv 2510.18855, sec. 2.3.2 (alpha 0.5, "
+                                                                 "beta 5)",
+               failure=STALE, mechanism=above("mean_is_masked_frac", 0), switches=("tis_cap", "tis_floor", "tis_mode"),
+               rivals=["lag_decoupled_tis"], costs=["mean_is_masked_frac"]),
+        "weights outside [0.5, 5] set to 0, not truncated", LAG_DECOUPLED),
+    "sequence_is": Judged(
+        "field", ["lag_decoupled", "lag_decoupled_seq_is"], FIXES["tis"].number,
+        Record(claim="Per-sequence weight (product of tokens; unbiased, high variance).",
+               source="verl rollout_corr_helper.py, rollout_is sequence; TRL sequence_mask, cap 3", failure=STALE,
+               mechanism=above("mean_is_masked_frac", 0), switches=("tis_cap", "tis_mode"),
+               rivals=["lag_decoupled_tis"], costs=["mean_is_masked_frac"]),
+        "one weight an answer, the product of its tokens', masked above 3", LAG_DECOUPLED),
+    "rejection": Judged(
+        "field", ["lag_decoupled", "lag_decoupled_reject"], FIXES["tis"].number,
+        Record(claim="Rejection sampling (RS) corrects for any distribution shift between data collection and training: "
+                     "binary filtering for outlier exclusion.",
+               source="verl docs/algo/rollout_corr.md; rollout_corr_helper.py, rollout_rs seq_mean_k3", failure=STALE,
+               mechanism=above("mean_rejected_frac", 0), switches=("rejection", "rejection_bound"),
+               rivals=["lag_decoupled_tis"], costs=["mean_rejected_frac"]),
+        "answers whose mean k3 from the sampler passes 0.01 dropped", LAG_DECOUPLED),
+    "dppo_tv": Judged(
+        "field", ["lag_decoupled", "lag_decoupled_dppo_tv"], FIXES["tis"].number,
+        Record(claim="The ratio is a noisy single-sample estimate of the true policy divergence; DPPO achieves superior "
+                     "training stability and efficiency.",
+               source="DPPO, arXiv 2602.04879, abstract; sail-sg/Stable-RL core_algos.py", failure=STALE,
+               mechanism=above("mean_clip_frac", 0), switches=("objective", "clip"), rivals=["lag_decoupled_tis"],
+               costs=["mean_clip_frac"]),
+        "a trust region on each probability's move from the sampler, TV 0.15", LAG_DECOUPLED),
+    "dppo_kl": Judged(
+        "field", ["lag_decoupled", "lag_decoupled_dppo_kl"], FIXES["tis"].number,
+        Record(claim="The ratio is a noisy single-sample estimate of the true policy divergence; DPPO achieves superior "
+                     "training stability and efficiency.",
+               source="DPPO, arXiv 2602.04879, abstract; sail-sg/Stable-RL core_algos.py", failure=STALE,
+               mechanism=above("mean_clip_frac", 0), switches=("objective", "clip"), rivals=["lag_decoupled_tis"],
+               costs=["mean_clip_frac"]),
+        "the same on the binary KL, 0.05", LAG_DECOUPLED),
+    "vespo": Judged(
+        "field", ["lag_decoupled", "lag_decoupled_vespo"], FIXES["tis"].number,
+        Record(claim="A closed-form reshaping kernel on sequence-level importance weights ... maintains stable training "
+                     "under staleness ratios up to 64x.",
+               source="VESPO, arXiv 2602.10693, abstract; FloyedShen/VESPO core_algos.py", failure=STALE,
+               mechanism=Mechanism("mean_is_weight_mean", "below 1", lambda without, with_: with_ < 1),
+               switches=("objective", "tis_cap", "loss_agg"), rivals=["lag_decoupled_tis"],
+               costs=["mean_is_weight_mean"]),
+        "a Gamma weight of each answer's ratio to the sampler", LAG_DECOUPLED),
+    "top_entropy": Judged(
+        "field", ["many_top_entropy_random", "many_top_entropy"], TOP_ENTROPY,
+        Record(claim="Utilizing only 20% of the tokens while maintaining performance comparable to full-gradient "
+                     "updates.", source="the 80/20 rule, arXiv 2506.01939, abstract; TRL top_entropy_quantile",
+               failure=Failure("final", "it ends behind every token's run (many) by more than the margin: the gradient "
+                               "of a random 20% of tokens costs accuracy",
+                               lambda control, every: TOP_ENTROPY.gain(control, every) > TOP_ENTROPY.margin,
+                               against="many"),
+               mechanism=within("mean_low_entropy_frac", 0.75, 0.85), switches=("top_entropy_random",),
+               rivals=["many_entropy"], costs=["mean_low_entropy_frac"]),
+        "the 20% of tokens by entropy, not at random", MANY_REGIME + "; beside a random 20% (the control) and every "
+                                                                     "token (many)", keeps="many"),
+    "adaptive_entropy": Judged(
+        "field", ["many", "many_adaptive_entropy"], Number("final", "higher", 0.05, 1.0),
+        Record(claim="Mitigating premature entropy collapse is critical for improved test performance.",
+               source="Skywork-OR1, arXiv 2505.22312, abstract; TRL use_adaptive_entropy",
+               failure=at_most_failure("entropy", 0.2, "its entropy, last 10 steps, is at or below 0.2 nats, the target"),
+               mechanism=within("entropy", 0.1, 0.4), switches=("adaptive_entropy",), rivals=["many_entropy"],
+               costs=[]),
+        "the entropy bonus steered towards 0.2 nats", MANY_REGIME),
+    "rloo": Judged(
+        "field", ["g4_nobaseline", "g4_rloo"], Number("eval_mean", "higher", 0.01, 1.0),
+        Record(claim="RLOO is a variant of REINFORCE that reduces variance by using leave-one-out baselines.",
+               source="RLOO, arXiv 2402.14740; TRL docs/source/paper_index.md",
+               failure=at_least("mean_adv_mean", 0.1, "its advantages' mean is 0.1 or more: without a baseline every "
+                                "right answer is pushed up and no wrong one down"),
+               mechanism=within("mean_adv_to_centred", 4 / 3 - 1e-3, 4 / 3 + 1e-3), switches=("baseline",),
+               rivals=["g4"], costs=[]),
+        "the mean of the other answers as the baseline, against none (REINFORCE)", G4_REGIME),
+    "reinforce_pp": Judged(
+        "field", ["g4", "g4_reinforce_pp"], Number("eval_mean", "higher", 0.01, 1.0),
+        Record(claim="Normalizing advantages across the entire global batch gives a more stable and effectively "
+                     "unbiased estimate.", source="REINFORCE++, arXiv 2501.03262, abstract (v9)",
+               failure=at_least("mean_zero_std_frac", 0.2, "a fifth or more of its groups' rewards are all equal: "
+                                "GRPO gives them nothing"),
+               mechanism=above("mean_equal_groups_adv", 0), switches=("baseline",), rivals=["g4_drgrpo"], costs=[]),
+        "the batch's mean and std over its tokens as the baseline", G4_REGIME),
+    "luspo": Judged(
+        "field", ["dropout_gspo", "dropout_luspo"], Number("late_resp_len", "higher", 1.0),
+        Record(claim="We rectify the length bias inherent in GSPO ... thereby resolving the issue of response length "
+                     "collapse.", source="LUSPO, arXiv 2602.05261, abstract; TRL loss_type luspo",
+               failure=Failure("late_resp_len", "its answers, 2nd half, are at most 0.8 times as long as in its first "
+                               "10 steps: GSPO's length collapse",
+                               lambda run: run["late_resp_len"] <= 0.8 * run["early_resp_len"]),
+               mechanism=at_most("mean_token_weight_spread", 1.001), switches=("loss_agg",), rivals=["dropout"],
+               costs=[]),
+        "GSPO's loss times each answer's length", "the default, dropout 0.1 in the learner only, GSPO, 60 steps"),
+    "k3_plus": Judged(
+        "field", ["kl_onpolicy", "kl_onpolicy_k3plus"], Number("mean_kl_exact", "lower", 0.005, 0.0),
+        Record(claim="The expected gradient of k1 and k3 estimator is not the expected gradient of KL; k2 gives the "
+                     "right gradient, so we use a straight-through trick.",
+               source="verl, verl/trainer/ppo/core_algos.py, kl_penalty",
+               failure=at_least("mean_kl_grad_bias", 0.05, "its KL term's gradient is 5% or more off the exact KL's"),
+               mechanism=at_most("mean_kl_grad_bias", 0.01), switches=("kl_estimator",), rivals=["kl_onpolicy_k2"],
+               costs=[]),
+        "k3's value with k2's gradient", "KL 0.1 on the samples of the policy itself"),
 }
 
 
 # ---------------------------------------------------------------- 6. every judged pair
 
 def judged():
-    """[(name, record)] of every lesson, fix and variant, under the name the command line and the pages give it:
-    a lesson's own (instability), fix_<item> (fix_tis), field_<method> (field_sapo). Each has .experiments
-    ([without, with]), .check (the outcome, one seed), .number (the outcome's number, beside its rivals), .record."""
+    """[(name, Judged)] of every lesson, fix and variant, under the name the command line and the pages give it:
+    a lesson's own (instability), fix_<item> (fix_tis), field_<method> (field_sapo)."""
     return ([*LESSONS.items()] + [("fix_" + item, fix) for item, fix in FIXES.items()]
             + [("field_" + method, variant) for method, variant in FIELD.items()])

@@ -30,22 +30,7 @@ RESULTS = os.path.join(ROOT, "results.jsonl")
 PAGES = ["README.md", "EXPERIMENTS.md", "docs/metrics.md"]  # the pages with generated parts
 
 
-# ---------------------------------------------------------------- 1. judging one seed
-
-def judge(check, runs, names):
-    """(held, why it could not be judged or None) of one seed. The check sees only the numbers
-    each run has: one that a run lacks (an old run, an interrupted one; None or nan in its
-    summary) stops the check, which then names it and the run instead of failing quietly on a
-    nan, and the seed is not counted as held."""
-    known = [{k: v for k, v in run.items() if v is not None and v == v} for run in runs]  # v == v: not nan
-    try:
-        return bool(check(*known)), None
-    except KeyError as e:
-        lacking = [name for name, k in zip(names, known) if e.args[0] not in k]
-        return False, f"{' and '.join(lacking)} {'has' if len(lacking) == 1 else 'have'} no {e.args[0]}"
-
-
-# ---------------------------------------------------------------- 2. a run's numbers
+# ---------------------------------------------------------------- 1. a run's numbers
 
 def finite(xs):
     return [x for x in xs if x is not None and math.isfinite(x)]
@@ -74,6 +59,7 @@ def run_summary(rows):
     out["reward_format_start"] = mean(r.get("reward_format") for r in head)
     sampled = [r["eval_sampled_acc"] for r in rows if "eval_sampled_acc" in r]
     out["sampled_peak"], out["sampled_final"] = (max(sampled), sampled[-1]) if sampled else (None, None)
+    out["sampled_drop"] = out["sampled_peak"] - out["sampled_final"] if sampled else float("nan")
     out["ln_vocab"] = next((r["ln_vocab"] for r in rows if "ln_vocab" in r), float("nan"))
     out["entropy_peak"] = highest_trailing_mean(rows, "entropy")
     # the answers at the cap: the cut share and the wrong answers' length, first 20 steps -> highest 20-step mean
@@ -85,6 +71,9 @@ def run_summary(rows):
     peak_at = max(range(len(reward50)), key=reward50.__getitem__, default=None)
     out["reward_peak50"] = reward50[peak_at] if reward50 else float("nan")
     out["reward_low_after_peak"] = min(reward50[peak_at:]) if reward50 else float("nan")
+    # what the reward a learner watches keeps of its peak: its lowest 50-step mean after the peak, over the peak
+    out["reward_kept"] = out["reward_low_after_peak"] / out["reward_peak50"] if reward50 and out["reward_peak50"] \
+        else float("nan")
     out["reward_format_end"] = mean(r.get("reward_format") for r in steps[-20:])
     out["bonus"] = mean(r["reward"] - r["reward_correct"] for r in steps if run_folders.is_number(r.get("reward"))
                         and run_folders.is_number(r.get("reward_correct")))  # what the reward pays beyond correctness
@@ -95,22 +84,27 @@ def run_summary(rows):
                 # each method's mechanism and cost (lessons.Record): what it weighs, drops, clips or pays
                 "sampler_gap", "format_paid_wrong", "token_weight_spread", "reward_overlong", "clip_frac",
                 "clip_frac_high", "off_policy_masked_frac", "is_masked_frac", "rejected_frac", "is_weight_mean",
-                "low_entropy_frac", "adv_to_centred", "equal_groups_adv", "kl_grad_bias", "kl_exact"):
+                "low_entropy_frac", "adv_to_centred", "equal_groups_adv", "kl_grad_bias", "kl_exact",
+                "reward_collapse_frac", "tied_adv_gap", "adv_mean", "sapo_gate"):
         out["mean_" + key] = mean(r.get(key) for r in steps)
     out["grad_norm_peak"] = max(finite(r.get("grad_norm_max") for r in steps), default=float("nan"))
     out["kl_low"] = min(finite(r.get("kl") for r in steps), default=float("nan"))
     out["early_logratio_std_token"] = mean(r.get("logratio_std_token") for r in head)
     out["early_logratio_std_seq"] = mean(r.get("logratio_std_seq") for r in head)
+    out["early_resp_len"] = mean(r.get("resp_len") for r in head)
+    out["early_reward_collapse_frac"] = mean(r.get("reward_collapse_frac") for r in head)  # while both terms vary
+    out["late_resp_len_correct"] = mean(r.get("resp_len_correct") for r in steps[len(steps) // 2:])
     out["late_resp_len_wrong"] = mean(r.get("resp_len_wrong") for r in steps[len(steps) // 2:])
     out["late_resp_len"] = mean(r.get("resp_len") for r in steps[len(steps) // 2:])
     out["entropy_peak_share"] = out["entropy_peak"] / out["ln_vocab"]
     out["eval_mean"] = mean(a for s, a in evals if s > 0)  # how fast it learns as well as how far: the area under it
-    errors = [(r["kl"] - r["kl_exact"]) / r["kl_exact"] for r in steps
-              if run_folders.is_number(r.get("kl")) and run_folders.is_number(r.get("kl_exact")) and r["kl_exact"] > 0]
-    # the KL term's estimate against its exact value (--exact-kl): its bias over the run (what
-    # re-weighting removes), and its error step by step (the bias and the noise together)
-    out["kl_bias"] = abs(mean(errors))
-    out["kl_error"] = mean(abs(e) for e in errors)
+    both = [(r["kl"], r["kl_exact"]) for r in steps if run_folders.is_number(r.get("kl"))
+            and run_folders.is_number(r.get("kl_exact")) and r["kl_exact"] > 0]
+    # the KL term's estimate against its exact value (--exact-kl): its bias over the run, the estimates' sum against
+    # the exact values' (what re-weighting removes; a ratio of sums, which the first steps' KL of almost 0 cannot
+    # blow up), and its error step by step (the bias and the noise together)
+    out["kl_bias"] = abs(sum(k - e for k, e in both)) / sum(e for _, e in both) if both else float("nan")
+    out["kl_error"] = mean(abs(k - e) / e for k, e in both)
     # diversity (--eval-pass-n): the different right answers a held-out problem's N samples give, at the first
     # and the last evaluation, and their fall between: a policy settling on one right answer a problem
     distinct = [r["eval_distinct"] for r in rows if run_folders.is_number(r.get("eval_distinct"))]
@@ -204,7 +198,7 @@ def summaries_from_runs(runs_dir, names=None):
     return out
 
 
-# ---------------------------------------------------------------- 3. the tables
+# ---------------------------------------------------------------- 2. the verdicts and the tables
 
 def mean_std(xs, fmt):
     xs = finite(xs)
@@ -255,32 +249,134 @@ def seeds_of(summaries, names):
                   key=lambda s: (int(s[4:].split()[0]), s))
 
 
+def needed(judged):
+    """The experiments one seed's verdict reads: the run without, the method's, and the runs its failure or its check
+    is seen against (the 80/20 rule's every-token run)."""
+    names = [*judged.experiments, judged.record.failure.against, judged.keeps]
+    return [n for n in dict.fromkeys(names) if n is not None]
+
+
+def judged_runs(judged):
+    """The experiments a lesson, fix or variant is judged on: the run without it, its own, a lesson's one-change
+    runs, the run its failure or its check is seen against, its rivals' (experiments.py runs them together)."""
+    return list(dict.fromkeys([*needed(judged), *judged.parts, *judged.record.rivals]))
+
+
 class Judgement(NamedTuple):
-    """A lesson, fix or variant over the seeds its runs share (judgement): its mechanism, its outcome against the
-    run without it, its number beside each rival's run, and its costs."""
-    seeds: list      # the seed labels ('seed0'; 'seed0 avx2' for another rounding) all its runs have
+    """A lesson, fix or variant over the seeds its two runs share (judgement): the failure in the run without it,
+    its mechanism, its verdict, its number beside each rival's run, its costs, and a lesson's one-change runs."""
+    seeds: list      # the seed labels ('seed0'; 'seed0 avx2' for another rounding) its two runs have
     pairs: list      # [(the run without's summary, the method's)] by seed
-    mechanism: list  # [(acted, why it could not be judged or None)] by seed
-    outcome: list    # [(held, why not judged or None)] by seed
+    failure: list    # [(present, why it could not be judged or None)] by seed
+    mechanism: list  # [(acted, why not judged or None)] by seed
+    outcome: list    # [(lessons.HELD, NOT_HELD, NO_FAILURE or CANNOT_DETECT, or None; why not judged or None)] by seed
     rivals: dict     # rival experiment -> ['better', 'same', 'worse' or None (a number missing)] over its seeds
     costs: dict      # run_summary key -> [the method's run's value] by seed
     time: float      # the method's run's minutes over the run without's, the mean over seeds
+    parts: dict      # a lesson's one-change run -> [(verdict, why)] by seed, judged as the fix is
+
+
+class Summary(dict):
+    """A run's summary without its missing numbers (absent, None or nan): reading one raises KeyError((run, key)),
+    so that a verdict that needs it can say which run lacks which number."""
+
+    def __init__(self, name, run):
+        super().__init__({k: v for k, v in run.items() if v is not None and v == v})
+        self.name = name
+
+    def __missing__(self, key):
+        raise KeyError((self.name, key))
+
+
+def judged_or_why(test, runs):
+    """(test({experiment: Summary}), None), or (None, why it could not be judged): 'book_noclip has no drop' for a
+    number a run lacks (an old run, an interrupted one), 'no run of many' for a run the seed lacks."""
+    try:
+        return test({name: Summary(name, run) for name, run in runs.items()}), None
+    except KeyError as e:
+        what = e.args[0]
+        return None, f"{what[0]} has no {what[1]}" if isinstance(what, tuple) else f"no run of {what}"
+
+
+def judge(judged, runs):
+    """(verdict, why it could not be judged or None) of one seed (lessons.verdict). runs: {experiment: summary}.
+    The verdict sees only the numbers each run has: one that a run lacks, or a run the seed lacks, stops it, and
+    the seed is named with why instead of a verdict."""
+    return judged_or_why(lambda known: lessons.verdict(judged, known), runs)
 
 
 def judgement(judged, summaries):
     """Judgement of a lessons.judged() record on the runs of summaries ({experiment: {seed: run_summary}})."""
     names, record = judged.experiments, judged.record
     seeds = seeds_of(summaries, names)
-    pairs = [(summaries[names[0]][s], summaries[names[1]][s]) for s in seeds]
-    mechanism = [judge(record.mechanism.acts, list(pair), names) for pair in pairs]
-    outcome = [judge(judged.check, list(pair), names) for pair in pairs]
+    runs = [{n: summaries[n][s] for n in needed(judged) if s in summaries.get(n, {})} for s in seeds]
+    pairs = [(r[names[0]], r[names[1]]) for r in runs]
+    failure = [judged_or_why(lambda k: record.failure.present(k, names[0]), r) for r in runs]
+    mechanism = [judged_or_why(lambda k: record.mechanism.acts(k[names[0]], k[names[1]]), r) for r in runs]
+    outcome = [judge(judged, r) for r in runs]
     rivals = {}
     for rival in record.rivals:
         own = [(summaries[rival][s], pair[1]) for s, pair in zip(seeds, pairs) if s in summaries.get(rival, {})]
         rivals[rival] = [side_of(judged.number, r, o) for r, o in own]
     costs = {key: [pair[1].get(key) for pair in pairs] for key in record.costs}
     time = mean(b.get("minutes", math.nan) / a.get("minutes", math.nan) for a, b in pairs if a.get("minutes"))
-    return Judgement(seeds, pairs, mechanism, outcome, rivals, costs, time)
+    parts = {}
+    for part in judged.parts:
+        one = judged._replace(experiments=[names[0], part], parts=[])
+        parts[part] = [judge(one, {**r, part: summaries[part][s]}) for s, r in zip(seeds, runs)
+                       if s in summaries.get(part, {})]
+    return Judgement(seeds, pairs, failure, mechanism, outcome, rivals, costs, time, parts)
+
+
+MARGIN_SEEDS = [0, 1, 2, 3, 4]  # the run without's seeds a margin is set from (lessons.Number)
+PAIR_SEEDS = [0, 1, 2]  # the seeds whose ordered pairs measure how often a rule passes on noise
+
+
+def round_up(x, digits=2):
+    """x rounded up to `digits` significant digits: 0.1625 -> 0.17, 0.0385 -> 0.039; 0 stays 0."""
+    if x <= 0:
+        return 0.0
+    scale = 10 ** (math.floor(math.log10(x)) - digits + 1)
+    return math.ceil(round(x / scale, 9)) * scale
+
+
+def margin_needed(judged, summaries, seeds=MARGIN_SEEDS):
+    """The margin lessons.Number's rule gives a judged method: the most that two of the run without's seeds differ
+    on its number, rounded up to two digits -> (margin, the seeds it read). nan with fewer than two seeds."""
+    runs = summaries.get(judged.experiments[0], {})
+    values = finite(runs[f"seed{s}"].get(judged.number.key) for s in seeds if f"seed{s}" in runs)
+    return (round_up(max(values) - min(values)) if len(values) >= 2 else float("nan")), len(values)
+
+
+def detectable(judged, summaries, seeds=MARGIN_SEEDS):
+    """The smallest effect the rule sees in every seed: the margin, plus the most the run without's seeds themselves
+    differ (seed j may sit that far behind seed i before the effect); nan without the seeds."""
+    runs = summaries.get(judged.experiments[0], {})
+    values = finite(runs[f"seed{s}"].get(judged.number.key) for s in seeds if f"seed{s}" in runs)
+    return judged.number.margin + (max(values) - min(values)) if len(values) >= 2 else float("nan")
+
+
+def same_run_verdicts(judged, summaries, seeds=PAIR_SEEDS):
+    """The verdict on two seeds of one configuration: seed i of an experiment as the run without, seed j of the same
+    experiment as the run with, for every ordered pair of the seeds, for each of the method's two experiments (the
+    run its failure is seen against, the 80/20 rule's, at seed i) -> [(experiment, i, j, verdict or None)]. Two seeds
+    of one run show nothing, so each 'held' here is a false positive; a 'keeps' check (not behind every token) is
+    left out: the rule's claim to test is 'better than the control'."""
+    without, with_ = judged.experiments
+    one = judged._replace(keeps=None)
+    out = []
+    for experiment in judged.experiments:
+        runs = summaries.get(experiment, {})
+        for i in seeds:
+            for j in seeds:
+                if i == j or f"seed{i}" not in runs or f"seed{j}" not in runs:
+                    continue
+                seed = {without: runs[f"seed{i}"], with_: runs[f"seed{j}"]}
+                against = judged.record.failure.against
+                if against in summaries and f"seed{i}" in summaries[against]:
+                    seed[against] = summaries[against][f"seed{i}"]
+                out.append((experiment, i, j, judge(one, seed)[0]))
+    return out
 
 
 def side_of(number, rival, own):
@@ -292,11 +388,28 @@ def side_of(number, rival, own):
         return None
 
 
-def counted(verdicts, seeds=None):
-    """'3 of 3' of [(held, why not judged)], and which seed could not be judged and why."""
-    unjudged = [(s, why) for s, (_, why) in zip(seeds or [f"seed{i}" for i in range(len(verdicts))], verdicts) if why]
-    return f"{sum(h for h, _ in verdicts)} of {len(verdicts)}" + "".join(f"; seed {s[4:]} not judged: {why}"
-                                                                         for s, why in unjudged)
+def counted(results, seeds=None):
+    """'3 of 5' of [(True/False, why not judged)] (a failure present, a mechanism acting), with each seed that could
+    not be judged named."""
+    seeds = seeds or [f"seed{i}" for i in range(len(results))]
+    unjudged = [(s, why) for s, (_, why) in zip(seeds, results) if why]
+    return f"{sum(bool(x) for x, _ in results)} of {len(results)}" + "".join(f"; seed {s[4:]} not judged: {why}"
+                                                                             for s, why in unjudged)
+
+
+def verdict_text(outcome, seeds=None):
+    """'2 of 3' held of the seeds judged, then the seeds that were not: '2 of 3; no failure in 1; cannot detect in
+    1; seed 4 not judged: ...'. 'no failure in 5 of 5' where none was judged."""
+    seeds = seeds or [f"seed{i}" for i in range(len(outcome))]
+    verdicts = [v for v, _ in outcome]
+    judged = verdicts.count(lessons.HELD) + verdicts.count(lessons.NOT_HELD)
+    parts = [f"{verdicts.count(lessons.HELD)} of {judged}"] if judged else []
+    for kind in (lessons.NO_FAILURE, lessons.CANNOT_DETECT):
+        if verdicts.count(kind):
+            parts.append(f"{kind.replace(' here', '')} in {verdicts.count(kind)}" + ("" if judged else
+                                                                                    f" of {len(verdicts)}"))
+    parts += [f"seed {s[4:]} not judged: {why}" for s, (_, why) in zip(seeds, outcome) if why]
+    return "; ".join(parts) or "-"
 
 
 def rival_text(rival, sides):
@@ -333,54 +446,70 @@ def mechanism_cell(judged, j):
     return f"{lessons.METRICS[m.key]}: {before} -> {after} ({m.rule})"
 
 
+def failure_cell(judged, j):
+    """'greedy accuracy's fall from its peak: 21-39% (>= 15 points)': the failure's number in the run without, over
+    the seeds, and its rule."""
+    f = judged.record.failure
+    values = span([a.get(f.key) for a, _ in j.pairs], lambda x: fmt_metric(f.key, x))
+    return f"{lessons.METRICS[f.key]}: {values}"
+
+
 def number_cells(judged, j):
-    """(its number with its margin, 'without -> with' over the seeds)."""
+    """(its number with its rule, exactly as the check asks it; 'without -> with' over the seeds)."""
     n = judged.number
     fmt = lambda x: fmt_metric(n.key, x)  # noqa: E731
     values = [span([pair[i].get(n.key) for pair in j.pairs], fmt) for i in (0, 1)]
-    return f"{SHORT_METRICS.get(n.key, lessons.METRICS[n.key])} ({n.side}, by >= {lessons.margin_text(*n.margin)})", \
-        f"{values[0]} -> {values[1]}"
+    return judged.rule, f"{values[0]} -> {values[1]}"
+
+
+def judged_rows(collection, summaries, first, only_run=False):
+    """The fixes' or the field's table (collection: lessons.FIXES or FIELD), one row each: what it is for and where
+    it runs; its failure in the run without it (its number, and in how many seeds it is present); its mechanism and
+    in how many seeds it acted; its number and rule; without -> with by seed; the verdict; beside its rivals; its
+    cost. 'not run yet' where its runs are not there (left out with only_run)."""
+    out = [f"| {first} | for | where | its failure, in the run without | present | its mechanism | acted | its number, "
+           "held when | without -> with, by seed | held | beside its rival | cost |", "|---" * 12 + "|"]
+    for name, judged in collection.items():
+        j = judgement(judged, summaries)
+        rule = number_cells(judged, j)[0]
+        if not j.seeds:
+            if not only_run:
+                out.append(f"| {name} | {judged.what} | {judged.regime} | {judged.record.failure.rule} | - | "
+                           f"{lessons.METRICS[judged.record.mechanism.key]} | - | {rule} | not run yet | - | - | - |")
+            continue
+        key = judged.number.key
+        cells = ", ".join(f"{fmt_metric(key, a.get(key))} -> {fmt_metric(key, b.get(key))}" for a, b in j.pairs)
+        out.append(f"| {name} | {judged.what} | {judged.regime} | {failure_cell(judged, j)} ({judged.record.failure.rule}) "
+                   f"| {counted(j.failure, j.seeds)} | {mechanism_cell(judged, j)} | {counted(j.mechanism, j.seeds)} | "
+                   f"{rule} | {cells} | {verdict_text(j.outcome, j.seeds)} | "
+                   f"{'; '.join(rival_text(r, v) for r, v in j.rivals.items())} | {cost_text(j) or '-'} |")
+    return "\n".join(out) if len(out) > 2 else ""
 
 
 def fixes_table(summaries):
-    """The closing list's fixes, one row each: where it runs, its gates without it, its mechanism (without -> with)
-    and in how many seeds it acted, its number (without -> with, by seed) and in how many seeds it moved it the way
-    its source says by the margin, beside its rival, and its cost (a seed whose runs lack a number is named and not
-    counted)."""
-    out = ["| item (the book's list) | where | its gates, without it | its mechanism | acted | its number (margin) | "
-           "without -> with, by seed | held | beside its rival | cost |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for item, fix in lessons.FIXES.items():
-        j = judgement(fix, summaries)
-        if not j.seeds:
-            continue
-        key = fix.number.key
-        cells = ", ".join(f"{fmt_metric(key, a.get(key))} -> {fmt_metric(key, b.get(key))}" for a, b in j.pairs)
-        gates = "; ".join(f"{what}: " + ", ".join(fmt_metric(k, a.get(k)) for a, _ in j.pairs) for k, what in fix.gates)
-        out.append(f"| {item} ({fix.numbers}) | {fix.regime} | {gates} | {mechanism_cell(fix, j)} | "
-                   f"{counted(j.mechanism, j.seeds)} | {number_cells(fix, j)[0]} | {cells} | {counted(j.outcome, j.seeds)} | "
-                   f"{'; '.join(rival_text(r, v) for r, v in j.rivals.items())} | {cost_text(j) or '-'} |")
-    return "\n".join(out) if len(out) > 2 else ""
+    """The closing list's fixes (lessons.FIXES), each in the regime where its failure happens: judged_rows."""
+    return judged_rows(lessons.FIXES, summaries, "item", only_run=True)
 
 
 def field_table(summaries, only_run=False):
-    """The field's variants (lessons.FIELD), one row each, in the regime where the failure each answers lives: its
-    mechanism and in how many seeds it acted, its number (without -> with) and in how many seeds it held, beside its
-    rival, its cost; "not run yet" where its runs are not there."""
-    out = ["| method | what it changes | where | its mechanism | acted | its number (margin) | without -> with | held "
-           "| beside its rival | cost |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for method, variant in lessons.FIELD.items():
-        j = judgement(variant, summaries)
-        number, values = number_cells(variant, j)
-        if not j.seeds and only_run:
-            continue
-        if not j.seeds:
-            out.append(f"| {method} | {variant.what} | {variant.regime} | {lessons.METRICS[variant.record.mechanism.key]} "
-                       f"| - | {number} | not run yet | - | - | - |")
-            continue
-        out.append(f"| {method} | {variant.what} | {variant.regime} | {mechanism_cell(variant, j)} | "
-                   f"{counted(j.mechanism, j.seeds)} | {number} | {values} | {counted(j.outcome, j.seeds)} | "
+    """The field's methods (lessons.FIELD), each in the regime where the failure it answers happens: judged_rows."""
+    return judged_rows(lessons.FIELD, summaries, "method", only_run)
+
+
+def short_table(collection, summaries, first):
+    """One row a fix or method: its failure present (N of M), its mechanism acted, its number without -> with over
+    the seeds, the verdict, beside each rival, and its cost."""
+    out = [f"| {first} | its failure present | its mechanism acted | its number | without -> with | held | "
+           "beside its rival | cost |", "|---|---|---|---|---|---|---|---|"]
+    for name, judged in collection.items():
+        j = judgement(judged, summaries)
+        values = number_cells(judged, j)[1]
+        number = SHORT_METRICS.get(judged.number.key, lessons.METRICS[judged.number.key])
+        out.append(f"| {name} | {counted(j.failure, j.seeds) if j.seeds else '-'} | "
+                   f"{counted(j.mechanism, j.seeds) if j.seeds else '-'} | {number} | "
+                   f"{values if j.seeds else 'not run yet'} | {verdict_text(j.outcome, j.seeds) if j.seeds else '-'} | "
                    f"{'; '.join(rival_text(r, v) for r, v in j.rivals.items())} | {cost_text(j) or '-'} |")
-    return "\n".join(out) if len(out) > 2 else ""
+    return "\n".join(out)
 
 
 def claims_table():
@@ -391,10 +520,12 @@ def claims_table():
     return "\n".join(out)
 
 
-PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "kl_bias", "grad_limited_steps", "mean_zero_std_frac",
-                   "mean_tis_weight_mean", "mean_clip_high_lowp_frac", "mean_tis_weight_above_2", "mean_neg_far_frac",
-                   "eval_low", "final", "eval_mean", "entropy_peak_share", "mean_clip_frac", "mean_clip_frac_high",
-                   "mean_is_masked_frac", "mean_rejected_frac", "mean_off_policy_masked_frac", "mean_low_entropy_frac"}
+PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "sampled_drop", "kl_bias", "grad_limited_steps",
+                   "mean_zero_std_frac", "mean_tis_weight_mean", "mean_clip_high_lowp_frac", "mean_tis_weight_above_2",
+                   "mean_neg_far_frac", "eval_low", "final", "eval_mean", "entropy_peak_share", "mean_clip_frac",
+                   "mean_clip_frac_high", "mean_is_masked_frac", "mean_rejected_frac", "mean_off_policy_masked_frac",
+                   "mean_low_entropy_frac", "reward_kept", "mean_reward_collapse_frac",
+                   "early_reward_collapse_frac"}
 
 
 def fmt_metric(key, value):
@@ -412,44 +543,36 @@ def moved(run):
     return ", ".join(f"{key} {step}" for step, key in found) or "nothing moved"
 
 
-def seed_verdicts(judged, summaries):
-    """(seeds, {seed: (held, why not judged or None)}) of a lesson, a fix or a variant (lessons.py: its
-    experiments and its check) over the seeds all its runs have."""
-    names = judged.experiments
-    seeds = seeds_of(summaries, names)
-    return seeds, {s: judge(judged.check, [summaries[n][s] for n in names], names) for s in seeds}
-
-
-def held_text(judged, summaries):
-    """'held in 2 of 3 seeds' (with how many could not be judged), or '' without runs."""
-    seeds, verdicts = seed_verdicts(judged, summaries)
-    if not seeds:
-        return ""
-    unjudged = sum(1 for _, why in verdicts.values() if why)
-    return (f"held in {sum(h for h, _ in verdicts.values())} of {len(seeds)} seeds"
-            + (f" ({unjudged} not judged: a number missing)" if unjudged else ""))
-
-
 def lesson_table(name, summaries):
-    """A lesson seed by seed: its claim and in how many seeds it held, then a row a seed with what its
-    check reads (the columns of LESSON_COLUMNS) and what moved first in the broken run."""
+    """A lesson seed by seed: its rule and its verdict over the seeds, then a row a seed with its failure in the broken
+    run, its number in each run (the fix's one-change runs too), the verdicts, and what moved first in the broken
+    run."""
     lesson = lessons.LESSONS[name]
-    names = lesson.experiments
-    seeds, verdicts = seed_verdicts(lesson, summaries)
-    if not seeds:
+    j = judgement(lesson, summaries)
+    if not j.seeds:
         return ""
-    # a check of one's own: the accuracies
-    columns = LESSON_COLUMNS.get(lesson.check, LESSON_COLUMNS[lessons.broken_vs_fixed])
-    out = [f"**{name}** ({lesson.rule}): {held_text(lesson, summaries)}", "",
-           "| seed | " + " | ".join(title.format(*names) for title, _ in columns) + f" | held | moved first in {names[0]} |",
-           "|---|" + "---|" * (len(columns) + 2)]
-    for s in seeds:
-        runs = [summaries[n][s] for n in names]
-        held, why = verdicts[s]
-        cells = [cell(*runs) for _, cell in columns]
-        verdict = "yes" if held else f"not judged: {why}" if why else "no"
-        out.append(f"| {s[4:]} | " + " | ".join(cells) + f" | {verdict} | {moved(runs[0]) if 'moves' in runs[0] else '-'} |")
+    names = [*lesson.experiments, *lesson.parts]
+    cell = NUMBER_CELLS.get(lesson.number.key, lambda r: fmt_metric(lesson.number.key, r.get(lesson.number.key)))
+    parts = "".join(f" | {lessons.LABELS.get(p, p)} alone" for p in lesson.parts)
+    out = [f"**{name}** ({rule_text(lesson)}): held in {verdict_text(j.outcome, j.seeds)}", "",
+           f"| seed | {names[0]}: its failure | " + " | ".join(f"{n}: {NUMBER_TITLES.get(lesson.number.key, '')}"
+                                                            for n in names)
+           + f" | held{parts} | moved first in {names[0]} |", "|---|" + "---|" * (len(names) + len(lesson.parts) + 3)]
+    for i, s in enumerate(j.seeds):
+        runs = [summaries.get(n, {}).get(s) for n in names]
+        verdicts = [j.outcome[i], *[j.parts[p][i] if i < len(j.parts[p]) else (None, "no run") for p in lesson.parts]]
+        failure = FAILURE_CELLS.get(lesson.record.failure.key, lambda r: "-")(runs[0])
+        out.append(f"| {s[4:]} | {failure} | " + " | ".join(cell(r) if r else "-" for r in runs) + " | "
+                   + " | ".join(v if v else f"not judged: {why}" for v, why in verdicts)
+                   + f" | {moved(runs[0]) if 'moves' in runs[0] else '-'} |")
     return "\n".join(out)
+
+
+def rule_text(judged):
+    """'judged where no clip's greedy accuracy falls 15 points or more from its peak; held where the book's clip
+    ends above it by more than 18 points': the failure that makes a seed count, and the check, as they run."""
+    without, with_ = (lessons.LABELS.get(n, n) for n in judged.experiments)
+    return f"judged where {without}: {judged.record.failure.rule}; held where {with_}: {judged.rule}"
 
 
 def pct(x, digits=0):
@@ -466,31 +589,24 @@ def sampled(r):
 
 def kept(r):
     """The total reward's lowest 50-step mean after its peak, as a share of that peak."""
-    return pct(r["reward_low_after_peak"] / r["reward_peak50"]) if r.get("reward_peak50") else "-"
+    return pct(r.get("reward_kept"))
 
 
 def of_ln_v(r):
     return pct(r["entropy_peak"] / r["ln_vocab"]) if math.isfinite(r["entropy_peak"] + r["ln_vocab"]) else "-"
 
 
-LESSON_COLUMNS = {  # a lesson's check -> its table's columns: (title, with {0} {1} its runs; cell(broken, fixed))
-    lessons.broken_vs_fixed: [("{0}: greedy peak (step) -> final", lambda b, f: greedy(b)),
-                              ("{1}: greedy peak (step) -> final", lambda b, f: greedy(f))],
-    lessons.runs_away: [("{0}: entropy, of ln V", lambda b, f: of_ln_v(b)),
-                        ("{0}: sampled peak -> final", lambda b, f: sampled(b)),
-                        ("{1}: sampled peak -> final", lambda b, f: sampled(f)),
-                        ("{0}: greedy peak (step) -> final", lambda b, f: greedy(b)),
-                        ("{0}: cut share, 20-step mean: first -> highest", lambda b, f: f"{pct(b['truncated_start'])} -> "
-                                                                                 f"{pct(b['truncated_peak'])}")],
-    lessons.reward_hides_the_collapse: [("{0}: sampled peak -> final", lambda u, g: sampled(u)),
-                                        ("{1}: sampled peak -> final", lambda u, g: sampled(g)),
-                                        ("{0}: reward kept, of its peak", lambda u, g: kept(u)),
-                                        ("{1}: reward kept, of its peak", lambda u, g: kept(g)),
-                                        ("{0}: format paid, last 20 steps", lambda u, g: pct(u["reward_format_end"]))],
+NUMBER_CELLS = {"final": greedy, "sampled_final": sampled, "reward_kept": kept}  # a lesson's number, as its table shows
+NUMBER_TITLES = {"final": "greedy peak (step) -> end", "sampled_final": "sampled peak -> end",
+                 "reward_kept": "reward kept, of its peak"}
+FAILURE_CELLS = {  # a lesson's failure in its broken run, as its table shows it
+    "drop": lambda r: f"greedy falls {pct(r.get('drop'))}",
+    "entropy_peak_share": lambda r: f"entropy {of_ln_v(r)} of ln V, sampled falls {pct(r.get('sampled_drop'))}",
+    "reward_kept": lambda r: f"sampled falls {pct(r.get('sampled_drop'))}, reward keeps {kept(r)}",
 }
 
 
-# ---------------------------------------------------------------- 4. results.jsonl: the recorded runs
+# ---------------------------------------------------------------- 3. results.jsonl: the recorded runs
 
 class ResultsError(Exception):
     """results.jsonl missing, cut or not as this code writes it: one line that says where."""
@@ -648,11 +764,14 @@ def verdict_lines(other):
             if not ours_j.seeds:
                 continue
             parts, differ = [], set()
-            for what, a, b in (("mechanism acted", ours_j.mechanism, theirs_j.mechanism),
-                               ("held", ours_j.outcome, theirs_j.outcome)):
-                parts.append(f"{what} in {sum(h for h, _ in a)} of {len(a)} seeds here, {sum(h for h, _ in b)} in the "
-                             "record")
+            for what, a, b in (("failure present", ours_j.failure, theirs_j.failure),
+                               ("mechanism acted", ours_j.mechanism, theirs_j.mechanism)):
+                parts.append(f"{what} in {sum(bool(h) for h, _ in a)} of {len(a)} seeds here, "
+                             f"{sum(bool(h) for h, _ in b)} in the record")
                 differ |= {s[4:] for s, x, y in zip(ours_j.seeds, a, b) if x[0] != y[0]}
+            parts.append(f"held in {verdict_text(ours_j.outcome, ours_j.seeds)} here, "
+                         f"{verdict_text(theirs_j.outcome, theirs_j.seeds)} in the record")
+            differ |= {s[4:] for s, x, y in zip(ours_j.seeds, ours_j.outcome, theirs_j.outcome) if x[0] != y[0]}
             out.append(f"{name}{f' ({rounding})' if rounding != 'plain' else ''}: {'; '.join(parts)}: "
                        + (f"DIFFERS (seed{'s' * (len(differ) > 1)} {', '.join(sorted(differ))})" if differ else "agrees"))
     head = (f"The record's runs came from {'; '.join(theirs)}; these {len(other)} ran on {'; '.join(ours)}. A float "
@@ -682,7 +801,7 @@ def count_numbers(x):
     return 1
 
 
-# ---------------------------------------------------------------- 5. the pages' generated parts
+# ---------------------------------------------------------------- 4. the pages' generated parts
 # A generated part sits between `<!-- generated from results.jsonl: KIND ARGS -->` and
 # `<!-- end of generated part -->`; PARTS[KIND](records, ARGS, the part's present text) writes it again.
 
@@ -707,25 +826,16 @@ def percent(x):
 
 
 def headline(name, summaries):
-    """One line of what a lesson's runs did over their seeds, rounded: the numbers its check reads."""
+    """One line of what a lesson's runs did over their seeds, rounded: its failure in the broken run, and its
+    number in each run."""
     lesson = lessons.LESSONS[name]
-    names = lesson.experiments
-    seeds = seeds_of(summaries, names)
-    b, f = ([summaries[n][s] for s in seeds] for n in names)
-    lb, lf = (lessons.LABELS.get(n, n) for n in names)
-    if lesson.check in lessons.GREEDY_RULES:
-        return (f"{lb}: greedy accuracy {span([r.get('peak') for r in b], percent)} -> "
-                f"{span([r.get('final') for r in b], percent)}; {lf} ends at {span([r.get('final') for r in f], percent)}")
-    if lesson.check is lessons.runs_away:
-        return (f"{lb}: entropy to {span([r['entropy_peak'] / r['ln_vocab'] for r in b], percent)} of ln V, sampled "
-                f"accuracy {span([r.get('sampled_peak') for r in b], percent)} -> "
-                f"{span([r.get('sampled_final') for r in b], percent)}; {lf} ends at "
-                f"{span([r.get('sampled_final') for r in f], percent)}")
-    keeps = lambda runs: span([r["reward_low_after_peak"] / r["reward_peak50"] for r in runs], percent)  # noqa: E731
-    return (f"{lb}: sampled accuracy {span([r.get('sampled_peak') for r in b], percent)} -> "
-            f"{span([r.get('sampled_final') for r in b], percent)} while its reward keeps {keeps(b)} of its peak; "
-            f"{lf}: {span([r.get('sampled_peak') for r in f], percent)} -> "
-            f"{span([r.get('sampled_final') for r in f], percent)}, its reward down to {keeps(f)}")
+    j = judgement(lesson, summaries)
+    key, fkey = lesson.number.key, lesson.record.failure.key
+    lb, lf = (lessons.LABELS.get(n, n) for n in lesson.experiments)
+    fmt = lambda k: (lambda x: fmt_metric(k, x))  # noqa: E731
+    values = [span([pair[i].get(key) for pair in j.pairs], fmt(key)) for i in (0, 1)]
+    return (f"{lb}: {lessons.METRICS[fkey]} {span([a.get(fkey) for a, _ in j.pairs], fmt(fkey))}, "
+            f"{lessons.METRICS[key]} {values[0]}; {lf}: {values[1]}")
 
 
 def pairs_from_results(records):
@@ -755,18 +865,22 @@ def where_recorded(records, names):
 
 
 def verdict_part(records, args, _):
-    """`verdict LESSON`: one line, the lesson's mechanism and its check, each held in N of M seed x rounding pairs
-    (and by rounding, where other roundings are recorded), and the machine its runs ran on; `verdict LESSON table`:
-    beneath it, a row for each run (its number and its mechanism over the seeds), the rival's included."""
-    lesson = lessons.LESSONS[args[0]]
+    """`verdict LESSON`: one line, the lesson's mechanism and its verdict over its seed x rounding pairs (and by
+    rounding, where other roundings are recorded), its failure's, its one-change runs', and the machine its runs ran
+    on; `verdict LESSON table`: beneath it, a row for each run (its number and its mechanism over the seeds), the
+    one-change runs' and the rivals' included."""
+    lesson = lesson_of(args[0])
     pairs = pairs_from_results(records)
     j = judgement(lesson, pairs)
     roundings = list(dict.fromkeys(s.split()[1] if " " in s else "plain" for s in j.seeds))
     by = lambda verdicts, rd: [v for s, v in zip(j.seeds, verdicts) if (s.split()[1:] or ["plain"])[0] == rd]  # noqa: E731
     unit = "seeds" if roundings == ["plain"] else "seed x rounding pairs"
-    each = "" if roundings == ["plain"] else " (" + ", ".join(f"{rd} {counted(by(j.outcome, rd))}" for rd in roundings) + ")"
+    each = "" if roundings == ["plain"] else " (" + ", ".join(f"{rd} {verdict_text(by(j.outcome, rd))}"
+                                                               for rd in roundings) + ")"
     mechanism, finds = lesson.words
-    line = (f"**{mechanism} in {counted(j.mechanism)} {unit}; {finds} in {counted(j.outcome)}**{each}, on "
+    alone = "; ".join(f"{lessons.LABELS.get(p, p)} alone: {verdict_text(v)}" for p, v in j.parts.items())
+    line = (f"**{mechanism} in {counted(j.mechanism)} {unit}; {finds} in {verdict_text(j.outcome)}**{each}; the "
+            f"failure in {counted(j.failure)}{'. One change of the two: ' + alone if alone else ''}; on "
             f"{where_recorded(records, lesson.experiments)}.\n")
     if args[1:] != ["table"]:
         return line
@@ -774,23 +888,23 @@ def verdict_part(records, args, _):
 
 
 def lesson_runs_table(lesson, summaries):
-    """A lesson's runs (broken, fixed, the fix's rivals), one row each over its seeds (min-max): its peak and end on
-    the lesson's number, its mechanism's number, its minutes."""
-    n, m = lesson.number, lesson.record.mechanism
-    peak = {"final": "peak", "sampled_final": "sampled_peak"}[n.key]
-    out = [f"| run | seeds | {lessons.METRICS[n.key].split(',')[0]}: peak -> end | {lessons.METRICS[m.key]} | minutes |",
-           "|---|---|---|---|---|"]
-    for name in [*lesson.experiments, *lesson.record.rivals]:
+    """A lesson's runs (broken, fixed, the one-change runs, the rivals), one row each over its seeds (min-max): its
+    failure's number, the lesson's number, its mechanism's, its minutes."""
+    n, m, f = lesson.number, lesson.record.mechanism, lesson.record.failure
+    out = [f"| run | seeds | {lessons.METRICS[f.key]} | {lessons.METRICS[n.key]} | {lessons.METRICS[m.key]} | "
+           "minutes |", "|---|---|---|---|---|---|"]
+    for name in [*lesson.experiments, *lesson.parts, *lesson.record.rivals]:
         runs = list(summaries.get(name, {}).values())
         if runs:
-            col = lambda key, fmt: span([r.get(key) for r in runs], fmt)  # noqa: E731
-            out.append(f"| {lessons.LABELS.get(name, name)} | {len(runs)} | {col(peak, percent)} -> {col(n.key, percent)} "
-                       f"| {col(m.key, lambda x: fmt_metric(m.key, x))} | {col('minutes', lambda x: f'{x:.1f}')} |")
+            col = lambda key: span([r.get(key) for r in runs], lambda x: fmt_metric(key, x))  # noqa: E731
+            out.append(f"| {lessons.LABELS.get(name, name)} | {len(runs)} | {col(f.key)} | {col(n.key)} | "
+                       f"{col(m.key)} | {span([r.get('minutes') for r in runs], lambda x: f'{x:.1f}')} |")
     return "\n".join(out)
 
 
 def lesson_part(records, args, _):
     """`lesson LESSON [ROUNDING]`: the lesson's table, seed by seed, under one rounding (default: plain)."""
+    lesson_of(args[0])
     return lesson_table(args[0], summaries_from_results(records, *args[1:2])) + "\n"
 
 
@@ -910,15 +1024,16 @@ def stale_part(records, args, _):
 
 
 def roundings_part(records, args, _):
-    """`roundings`: each numbered lesson's count of seeds held under each rounding recorded, and over all the
-    seed x rounding pairs."""
+    """`roundings`: each numbered lesson's verdict under each rounding recorded, and over all the seed x rounding
+    pairs."""
     names = [n for n in provenance.ROUNDINGS if any(r["rounding"] == n for r in records)]
     out = ["| lesson | " + " | ".join(names) + " | all pairs |", "|---|" + "---|" * (len(names) + 1)]
     for lesson, number in sorted(lessons.NUMBERED.items(), key=lambda x: x[1]):
-        counts = [seed_verdicts(lessons.LESSONS[lesson], summaries_from_results(records, n))[1] for n in names]
-        cells = [f"{sum(h for h, _ in c.values())} of {len(c)}" if c else "-" for c in counts]
-        held, pairs = sum(h for c in counts for h, _ in c.values()), sum(len(c) for c in counts)
-        out.append(f"| {number}. {lesson} | " + " | ".join(cells) + f" | {held} of {pairs} |")
+        judged = lessons.LESSONS[lesson]
+        each = [judgement(judged, summaries_from_results(records, n)) for n in names]
+        cells = [verdict_text(j.outcome, j.seeds) if j.seeds else "-" for j in each]
+        every = [v for j in each for v in j.outcome]
+        out.append(f"| {number}. {lesson} | " + " | ".join(cells) + f" | {verdict_text(every)} |")
     return "\n".join(out) + "\n"
 
 
@@ -933,9 +1048,21 @@ def default_run_part(records, args, _):
     return "\n".join(out) + f"\n\nOn {where_recorded(records, ['default'])}, one thread a run.\n"
 
 
+def lesson_of(name):
+    """lessons.LESSONS[name]; a name lessons.py does not have (a page's part written for an older lessons.py) is a
+    ResultsError that says so."""
+    if name not in lessons.LESSONS:
+        raise ResultsError(f"names {name!r}, which lessons.py does not have: remove the part, or name one that it has")
+    return lessons.LESSONS[name]
+
+
 def rule_part(records, args, _):
-    """`rule LESSON`: the rule a lesson holds by in a seed, as lessons.py states it (no runs needed)."""
-    return f"*It holds in a seed when* {lessons.LESSONS[args[0]].rule}.\n"
+    """`rule LESSON`: the failure that makes a seed count and the check a lesson holds by in it, as lessons.py runs
+    them (no runs needed)."""
+    judged = lesson_of(args[0])
+    without, with_ = (lessons.LABELS.get(n, n) for n in judged.experiments)
+    return (f"*A seed is judged where* {without}: {judged.record.failure.rule}; *it holds where* {with_}: "
+            f"{judged.rule}.\n")
 
 
 def header_part(records, args, _):
@@ -984,10 +1111,9 @@ def profile_cell(profile, names):
 def suites():
     """The suites the pages time: (command, experiments, seeds), each as the README and EXPERIMENTS.md run it."""
     lesson_seeds, seeds = [0, 1, 2, 3, 4], [0, 1, 2]
-    runs = lambda judged: [*judged.experiments, *judged.record.rivals]  # noqa: E731 (experiments.judged_runs)
-    out = [(name, runs(lessons.LESSONS[name]), lesson_seeds) for name in lessons.NUMBERED]
-    out.append(("fixes", list(dict.fromkeys(n for fix in lessons.FIXES.values() for n in runs(fix))), seeds))
-    out.append(("field", list(dict.fromkeys(n for v in lessons.FIELD.values() for n in runs(v))), seeds))
+    out = [(name, judged_runs(lessons.LESSONS[name]), lesson_seeds) for name in lessons.NUMBERED]
+    out.append(("fixes", list(dict.fromkeys(n for fix in lessons.FIXES.values() for n in judged_runs(fix))), seeds))
+    out.append(("field", list(dict.fromkeys(n for v in lessons.FIELD.values() for n in judged_runs(v))), seeds))
     out.append(("all", list(lessons.EXPERIMENTS), seeds))
     return out
 
@@ -1019,9 +1145,8 @@ def generate(text, records, page="page"):
             raise ResultsError(f"{page}: a generated part of unknown kind {kind!r} (known: {', '.join(PARTS)})")
         try:
             return m[1] + PARTS[kind](records, args, m[3]) + m[4]
-        except KeyError as e:  # a lesson, fix or variant the part names that lessons.py no longer has
-            raise ResultsError(f"{page}: the generated part '{m[2]}' names {e}, which lessons.py does not have: "
-                               "remove the part, or name one that it has") from None
+        except ResultsError as e:  # a part that cannot be written: it says why, the page and the part say where
+            raise ResultsError(f"{page}: the generated part '{m[2]}' {e}") from None
     return PART.sub(again, text)
 
 

@@ -170,16 +170,17 @@ def overlong_penalty(n_tokens: int, max_len: int, cache_len: int) -> float:
 
 def term_weights(cfg=None) -> dict:
     """The reward's terms and their weights, from the run's settings (a GRPOConfig): total = sum of weight *
-    term. A term of weight 0 is off, and `score` leaves it out, so a run logs only the terms it pays
-    (docs/metrics.md). GDPO (grpo.py, --reward-norm norm_then_sum) normalises each term on its own first.
-    A new term is a line here and one in `score`: its flag reaches both through cfg."""
+    term. A term of weight 0 adds nothing to the total, but `score` still returns its raw value, so every run
+    logs how often each term would pay (docs/metrics.md), the run without a term included. GDPO (grpo.py,
+    --reward-norm norm_then_sum) normalises each term of weight > 0 on its own first. A new term is a line here
+    and one in `score`: its flag reaches both through cfg."""
     cfg = cfg or GRPOConfig()
     return {"correct": 1.0, "format_paid": cfg.format_weight, "overlong": 1.0 if cfg.overlong_cache > 0 else 0.0}
 
 
 def score(completion: str, answer: int | str | frozenset, n_tokens: int, cfg=None) -> dict:
-    """The weighted total, the raw format check (logged always: the share of answers that reason), and each
-    term whose weight is not 0, as floats. cfg: the run's settings (a GRPOConfig; its defaults without one)."""
+    """The weighted total, the raw format check (the share of answers that reason), and each term's raw value,
+    weight 0 or not, as floats. cfg: the run's settings (a GRPOConfig; its defaults without one)."""
     cfg = cfg or GRPOConfig()
     correct = correctness_reward(completion, answer)
     fmt = FORMAT_CHECKS[cfg.format_check](completion)
@@ -188,4 +189,4 @@ def score(completion: str, answer: int | str | frozenset, n_tokens: int, cfg=Non
              "format_paid": fmt * correct if cfg.gated else fmt,  # gated: the chapter's conditional reward
              "overlong": overlong_penalty(n_tokens, cfg.max_new_tokens, cfg.overlong_cache)}
     total = sum(w * terms[k] for k, w in weights.items())
-    return {"total": float(total), "format": fmt, **{k: v for k, v in terms.items() if weights[k] != 0}}
+    return {"total": float(total), "format": fmt, **terms}

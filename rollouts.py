@@ -40,6 +40,7 @@ class Rollouts:
     prompt_len: int             # P
     pi_old_logp: torch.Tensor = None  # (B, T) the sampling policy scored as the learner scores, when it sampled:
     #                                   pi_old under --rollout-lag --lag-pi-old sampler; else None
+    lag: int = 0                # the steps since it was sampled (--rollout-lag)
 
 
 def sample_batch(policy, enc, next_problems, n_prompts, cfg, generator):
@@ -155,15 +156,17 @@ def zero_std_groups(rewards, G):
     return (r == r[:, :1]).all(1)
 
 
-def lagged_batch(batch, zero_std, lagged, K, stats):
+def lagged_batch(batch, zero_std, lagged, K):
     """--rollout-lag K, an asynchronous trainer's rollouts: the step's new batch (with pi_old's log-probs,
     pi_old_logp, taken on the weights that sampled it) joins the queue `lagged`, and the step trains on
     the batch sampled K steps ago (while the queue fills, the oldest it holds: lags 0, 1, .., K) -> (that
-    batch, its zero_std). Each rank keeps its own queue."""
+    batch, its zero_std), its lag set. Each rank keeps its own queue."""
     lagged.append((batch, zero_std))
     lag = len(lagged) - 1  # steps since the oldest batch held was sampled
-    stats.max("rollout_lag", lag)
-    return lagged.popleft() if lag == K else lagged[0]
+    lagged[0][0].lag = lag
+    if lag == K:
+        return lagged.popleft()
+    return lagged[0]
 
 
 # ---------------------------------------------------------------- the sampler's weights (--sampler-dtype)

@@ -1,6 +1,8 @@
-"""What a GRPO step logs: `update_stats` (each update), `batch_stats` (each batch of rollouts),
-and `StepStats`, which keeps them over every rank's rows and reduces them once at the end.
+"""What a GRPO step logs: grpo_step hands each update to a watcher (`StepLog`), which records what it does
+(`update_stats`), the batch it samples (`batch_stats`), and what the KL term estimates (`exact_kl`), and
+`StepStats` keeps them over every rank's rows and reduces them once at the end.
 
+    batch, metrics = logged_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, gen)  # train.py's
     stats = StepStats()
     stats.next_update()
     stats.mean("entropy", entropy, mask)     # recorded as this rank's parts: a sum and a count
@@ -16,7 +18,69 @@ import math
 
 import torch
 
+import field_methods
+import grpo
+import rewards
 from distributed import all_max, all_sum
+from logprobs import vocab_logprobs
+
+
+def logged_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator, lagged=None, learner=None):
+    """grpo.grpo_step, watched -> (the batch it trained on, {statistic: float}, the same on every rank): the step
+    train.py runs. learner: the policy as the update's forward runs it (under torchrun, in DDP)."""
+    log = StepLog(policy, ref_policy, cfg)
+    batch = grpo.grpo_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator, lagged, log.update,
+                           learner)
+    return batch, log.stats.result()
+
+
+class StepLog:
+    """The watcher of one step: grpo_step calls `update` with each grpo.Update before its optimizer step."""
+
+    def __init__(self, policy, ref_policy, cfg):
+        self.policy = policy
+        self.ref_policy = ref_policy  # None when beta = 0
+        self.cfg = cfg
+        self.stats = StepStats(policy.lm_head_weight.device)
+
+    def update(self, u):
+        """Record one update; with the first, the batch it samples (once a step: the first epoch's)."""
+        cfg, stats = self.cfg, self.stats
+        stats.next_update()
+        rows = u.rows
+        if stats.n_updates == 1:
+            if cfg.rollout_lag:
+                stats.max("rollout_lag", u.batch.lag)
+            batch_stats(stats, u.batch, u.adv, u.zero_std, u.old_logp, u.loss_mask, cfg.group_size,
+                        rewards.term_weights(cfg))
+        kl_exact = exact_kl(self.policy, self.ref_policy, u.batch, rows, u.loss_mask, cfg)  # --exact-kl
+        update_stats(stats, u.loss, u.logp, u.old_logp[rows], u.entropy, u.loss_mask[rows], u.grad_norm, kl_exact,
+                     u.adv[rows], u.batch.sampler_logp[rows])
+        if cfg.objective == "sapo":  # what SAPO's gate leaves of each token's policy gradient
+            gate = field_methods.sapo_gate(u.loss.ratio, u.adv[rows, None], cfg.sapo_tau_pos, cfg.sapo_tau_neg)
+            stats.mean("sapo_gate", gate, u.loss_mask[rows].bool())
+
+
+@torch.no_grad()
+def exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg):
+    """--exact-kl: (kl_exact, kl_grad_bias), or None without it. kl_exact is the KL term's target,
+    sum_v pi(v) (log pi(v) - log pi_ref(v)) at each sampled position (summed over an answer for --kl-level
+    sequence), aggregated as the term is; kl_grad_bias the bias of the gradient of the estimator the term runs
+    (field_methods.kl_grad_bias, --kl-reweight's included; None for --kl-level sequence)."""
+    if not (cfg.exact_kl and cfg.kl > 0):
+        return None
+    m = loss_mask[rows]  # (b, T)
+    support = None if batch.support is None else batch.support[rows]  # (b, T, V)
+    T = grpo.learner_temperature(cfg)
+    lp, ref = (vocab_logprobs(model, batch.tokens[rows], batch.mask[rows], m, T, support)
+               for model in (policy, ref_policy))  # (n, V) each
+    per_token = (lp.exp() * (lp - ref).nan_to_num(0.0)).sum(-1)  # (n,): -inf - -inf outside a kept support
+    kl = lp.new_zeros(m.shape).masked_scatter(m, per_token)  # (b, T)
+    if cfg.kl_level == "sequence":
+        return grpo.aggregate(kl.sum(1, keepdim=True), m, cfg.loss_agg, cfg.max_new_tokens), None
+    bias = field_methods.kl_grad_bias(lp, ref, cfg.kl_estimator, cfg.kl_reweight)
+    return grpo.aggregate(kl, m, cfg.loss_agg, cfg.max_new_tokens), bias
+
 
 @torch.no_grad()
 def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_exact=None, adv=None,
@@ -55,7 +119,7 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
     log_ratio = logp - old_logp  # (b, T)
     has_tokens = m.any(1)  # (b,) answers with a completion token
     stats.std("logratio_std_token", log_ratio[m])
-    stats.std("logratio_std_seq", answer_means(log_ratio, m)[has_tokens])
+    stats.std("logratio_std_seq", grpo.sequence_mean(log_ratio, m)[has_tokens, 0])
     stats.mean("entropy", entropy, m)
     if adv is not None:
         # stale negatives: the share of the wrong answers' tokens whose ratio passed 3 (where a dual clip
@@ -63,7 +127,7 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
         # that --off-policy-mask compares with its delta (grpo.off_policy_keep)
         neg = (adv < 0)[:, None] & m  # (b, T)
         stats.mean("neg_ratio_above_3", r > 3, neg)
-        far = answer_means(sampler_logp - logp, m)  # (b,)
+        far = grpo.sequence_mean(sampler_logp - logp, m)[:, 0]  # (b,)
         stats.mean("neg_sampler_kl", far, (adv < 0) & has_tokens)
         # the answers --off-policy-mask would drop at the book's delta 0.1, whether or not it is on
         stats.mean("neg_far_frac", (adv < 0) & (far > 0.1))
@@ -83,14 +147,8 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
             stats.mean("kl_grad_bias", grad_bias)
 
 
-def answer_means(x, m):
-    """(b,) each answer's mean of x (b, T) over its tokens in m (0 for an answer with none): grpo.sequence_mean,
-    which stats.py cannot import (grpo imports stats)."""
-    return (x * m).sum(1) / m.sum(1).clamp(min=1)
-
-
 @torch.no_grad()
-def batch_stats(stats, batch, adv, zero_std, old_logp, loss_mask, G):
+def batch_stats(stats, batch, adv, zero_std, old_logp, loss_mask, G, weights=None):
     """Record a sampled batch (rollouts.Rollouts) of groups of G: rewards (every term
     rewards.score returns), advantages, lengths (of the right and the wrong answers too),
     the groups whose rewards are all equal (zero std: no signal), and the sampler-learner gap
@@ -112,8 +170,16 @@ def batch_stats(stats, batch, adv, zero_std, old_logp, loss_mask, G):
     centred = (r - r.mean(1, keepdim=True)).view(-1)  # (B,)
     stats.ratio("adv_to_centred", adv.abs() * in_signal, centred.abs())
     stats.mean("equal_groups_adv", adv.abs(), ~in_signal, default=None)
-    # how much of the advantage the correctness reward still sets, beside a dense term (GDPO)
+    # how much of the advantage the correctness reward still sets, beside a dense term (GDPO); and GDPO's "advantage
+    # collapse": the groups in which two answers whose paid terms differ (weights: rewards.term_weights) sum to
+    # one total, so that GRPO gives them one advantage
     stats.corr("adv_correct_corr", adv, batch.rewards["correct"], torch.ones_like(adv, dtype=torch.bool))
+    if weights is not None:
+        differ_tie = tied_pairs(batch.rewards, weights, G)  # (n_groups, G, G)
+        stats.mean("reward_collapse_frac", differ_tie.flatten(1).any(1))
+        # what the advantages make of such a pair: GRPO gives both one advantage (0 apart), GDPO tells them apart
+        A = adv.view(-1, G)  # (n_groups, G)
+        stats.mean("tied_adv_gap", (A[:, :, None] - A[:, None, :]).abs(), differ_tie, default=None)
     lengths = batch.loss_mask.sum(1)  # (B,)
     stats.mean("resp_len", lengths)
     stats.max("resp_len_max", lengths)
@@ -151,6 +217,16 @@ def batch_stats(stats, batch, adv, zero_std, old_logp, loss_mask, G):
     push, mismatch = pg_as_k1(adv, batch.sampler_logp, old_logp, m)  # (B,) each
     stats.mean("mismatch", mismatch)
     stats.ratio("pg_k1", push, mismatch, MIN_MISMATCH)
+
+
+def tied_pairs(terms, weights, G):
+    """(n_groups, G, G) bool: the pairs of answers of a group whose paid terms differ (a term of weight > 0) while
+    their totals are equal: GDPO's advantage collapse, (1, 0) and (0, 1) at equal weights. terms: name -> (B,)."""
+    paid = torch.stack([terms[k] for k, w in weights.items() if w != 0], 1)  # (B, terms paid)
+    paid = paid.view(-1, G, paid.shape[1])  # (n_groups, G, terms paid)
+    differ = (paid[:, :, None] != paid[:, None, :]).any(-1)  # (n_groups, G, G): the two answers' paid terms differ
+    total = terms["total"].view(-1, G)  # (n_groups, G)
+    return differ & (total[:, :, None] == total[:, None, :])
 
 
 MIN_MISMATCH = 1e-3  # nats per answer: below it the sampler is the learner, and pg_k1 is a ratio of noises

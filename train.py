@@ -40,13 +40,14 @@ import json
 import math
 import os
 import time
+import traceback
 
 import torch
 
 import cli
 import distributed
 import field_methods
-import grpo
+import stats
 import tasks
 from evaluation import evaluate, pass_at_k, pass_metrics
 from model import CheckpointError, save_checkpoint
@@ -54,6 +55,7 @@ from qwen3 import save_pretrained
 
 # an evaluation samples with a seed of its own, step_seed plus one of these primes, so that a
 # resumed run repeats it and it never draws the noise of a training step
+ROOT = os.path.dirname(os.path.abspath(__file__))
 EVAL_SAMPLED_SEED = 7919  # --eval-sampled: one answer a problem, as the rollouts draw them
 PASS_AT_K_SEED = 104729  # --eval-pass-k: K answers a problem, the same on every rank
 
@@ -67,7 +69,7 @@ def main(args):
     cfg = cli.grpo_config(args)
     policy, ref_policy, opt, enc, init_ckpt, pool, evalset = build(args, cfg, device, state, log)
     metrics_path, samples_path = cli.open_run_folder(args, cfg, device, policy, run_dir, state, pool, evalset, log)
-    policy_ddp = distributed.wrap(policy)  # under torchrun, DDP for the training forward: its backward averages
+    learner = distributed.wrap(policy)  # under torchrun, DDP for the training forward: its backward averages
     if start_step == 0:  # the warm start's held-out accuracy; ln V, the most entropy a token can have
         record = {"step": 0, "time": 0.0, "ln_vocab": math.log(policy.lm_head_weight.shape[0])}
         evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, 0, record, t_start, rank)
@@ -81,8 +83,8 @@ def main(args):
     t0, step_times = time.time() - before, []  # metrics' time: the whole run's, across resumes
     for step in range(start_step + 1, args.steps + 1):
         ts = time.time()
-        batch, metrics, control = train_step(policy_ddp, ref_policy, opt, enc, args, cfg, step, (rank, n_ranks), pool,
-                                             gen, lagged, control, device, run_dir, saved_step)
+        batch, metrics, control = train_step(policy, learner, ref_policy, opt, enc, args, cfg, step, (rank, n_ranks),
+                                             pool, gen, lagged, control, device, run_dir, saved_step)
         step_times.append(time.time() - ts)
         metrics.update(step=step, time=time.time() - t0, lr=args.lr, tokens_per_s=metrics["n_tokens"] / step_times[-1])
         log(format_line(step, args.steps, metrics, sum(step_times) / len(step_times)), flush=True)
@@ -113,25 +115,44 @@ def build(args, cfg, device, state, log):
     return policy, ref_policy, opt, enc, init_ckpt, pool, evalset
 
 
-def train_step(policy_ddp, ref_policy, opt, enc, args, cfg, step, ranks, pool, gen, lagged, control, device, run_dir,
-               saved_step):
+def train_step(policy, learner, ref_policy, opt, enc, args, cfg, step, ranks, pool, gen, lagged, control, device,
+               run_dir, saved_step):
     """Step `step`: its problems and sampling noise seeded by (seed, step, rank), grpo.grpo_step on this rank's share
-    of the prompts (ranks: (rank, n_ranks)) -> (the batch it trained on, its metrics, the entropy controller's next
-    state). A non-finite loss stops the run in one line that says what the last checkpoint holds."""
+    of the prompts, watched by stats.py (ranks: (rank, n_ranks); learner: the policy, under torchrun in DDP) -> (the
+    batch it trained on, its metrics, the entropy controller's next state). A step that fails stops the run in one
+    line (step_failed)."""
     rank, n_ranks = ranks
     gen.manual_seed(step_seed(args.seed, step, rank))
+    torch.manual_seed(step_seed(args.seed, step, rank))  # the step's other draws (dropout, --top-entropy-random)
     step_cfg = entropy_controlled(cfg, control)
+    problems = problem_source(args.level, args.seed, step, rank, pool)
     try:
         with autocast(device):
-            batch, metrics = grpo.grpo_step(policy_ddp, ref_policy, opt, enc, problem_source(args.level, args.seed, step,
-                                                                                             rank, pool),
-                                            args.prompts_per_step // n_ranks, step_cfg, gen, lagged)
-    except FloatingPointError as e:
-        raise SystemExit(f"step {step}: {e}; stopping. {cli.last_good(args, run_dir, step, saved_step)}")
+            batch, metrics = stats.logged_step(policy, ref_policy, opt, enc, problems, args.prompts_per_step // n_ranks,
+                                               step_cfg, gen, lagged, learner)
+    except (FloatingPointError, RuntimeError, ValueError, TypeError, IndexError, KeyError) as e:
+        raise SystemExit(step_failed(e, args, run_dir, step, saved_step)) from None
     if control is not None:  # the coefficient this step applied, then the next one from its entropy
         metrics["entropy_coef"] = step_cfg.entropy_coef
         control = field_methods.entropy_control_step(control, metrics["entropy"], cfg)
     return batch, metrics, control
+
+
+def step_failed(error, args, run_dir, step, saved_step):
+    """The one line a failed step stops the run with: the step, the project's function it failed in (an edit of
+    grpo.py breaks there), the error, and for a non-finite loss the flags set away from their defaults, then what
+    the last checkpoint holds. The whole traceback goes to RUN_DIR/traceback.txt."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith(ROOT)
+              and "site-packages" not in f.filename]
+    where = f" in {os.path.relpath(frames[-1].filename, ROOT)}:{frames[-1].lineno} {frames[-1].name}" if frames else ""
+    line = f"step {step}{where}: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    if isinstance(error, FloatingPointError):
+        line += f"; the flags set away from their defaults: {cli.flags_off_default(args) or 'none'}"
+    if os.path.isdir(run_dir):
+        with open(os.path.join(run_dir, "traceback.txt"), "w") as f:
+            f.write("".join(traceback.format_exception(error)))
+        line += f" (the traceback: {os.path.join(run_dir, 'traceback.txt')})"
+    return f"{line}; stopping. {cli.last_good(args, run_dir, step, saved_step)}"
 
 
 def write_step(args, cfg, policy, opt, init_ckpt, run_dir, metrics_path, samples_path, step, batch, metrics, control,

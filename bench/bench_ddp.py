@@ -48,6 +48,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import grpo  # noqa: E402
+from stats import logged_step  # noqa: E402
 import tasks  # noqa: E402
 import cli  # noqa: E402
 import train  # noqa: E402
@@ -173,7 +174,7 @@ def table_flops(n_steps):
     for step in range(n_steps + 1):  # step 0: warm-up, not counted
         gen = torch.Generator().manual_seed(train.step_seed(0, step))
         t0 = time.perf_counter()
-        batch, _ = grpo.grpo_step(model, None, opt, enc, train.problem_source(args.level, 0, step),
+        batch, _ = logged_step(model, None, opt, enc, train.problem_source(args.level, 0, step),
                                   args.prompts_per_step, cfg, gen)
         total = time.perf_counter() - t0
         B, L = batch.tokens.shape

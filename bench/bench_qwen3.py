@@ -28,6 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import grpo  # noqa: E402
+from stats import logged_step  # noqa: E402
 import tasks  # noqa: E402
 from decoding import generate  # noqa: E402
 from qwen3 import Qwen3, Qwen3Config  # noqa: E402
@@ -105,7 +106,7 @@ def grpo_case(model, enc, n_prompts, group, new_tokens, device, fused, checkpoin
 
     def run():
         with autocast(device):
-            return grpo.grpo_step(model, None, opt, enc, lambda: next(stream), n_prompts, cfg,
+            return logged_step(model, None, opt, enc, lambda: next(stream), n_prompts, cfg,
                                   torch.Generator(device=device).manual_seed(0))
     seconds, peak, out = timed(device, run)
     model.grad_checkpoint = False

@@ -53,6 +53,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import tasks  # noqa: E402
+from stats import logged_step  # noqa: E402
 from config import GRPOConfig  # noqa: E402
 from tokenizer import build_tokenizer, encode_prompt  # noqa: E402
 
@@ -99,7 +100,7 @@ def run_ours(threads, warmup, steps):
     times = []
     for step in range(warmup + steps):
         t0 = time.perf_counter()
-        batch, _ = grpo.grpo_step(policy, None, opt, enc, lambda: next(stream), N_PROMPTS, cfg,
+        batch, _ = logged_step(policy, None, opt, enc, lambda: next(stream), N_PROMPTS, cfg,
                                   torch.Generator().manual_seed(step))
         times.append(time.perf_counter() - t0)
     n_new = int(batch.loss_mask.sum())

@@ -23,6 +23,7 @@ import torch  # noqa: E402
 
 import distributed  # noqa: E402
 import grpo  # noqa: E402
+from stats import logged_step  # noqa: E402
 import rollouts  # noqa: E402
 import tasks  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
@@ -64,7 +65,7 @@ def one_step(model, batch, cfg):
     grpo.sample_batch = lambda *a, **k: (batch, torch.zeros(N_GROUPS // distributed.world(), dtype=torch.bool))
     ref = copy.deepcopy(distributed.unwrap(model)) if cfg.kl > 0 else None
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    _, stats = grpo.grpo_step(model, ref, opt, None, None, None, cfg, None)
+    _, stats = logged_step(distributed.unwrap(model), ref, opt, None, None, None, cfg, None, learner=model)
     return stats, {k: v.detach().clone() for k, v in distributed.unwrap(model).state_dict().items()}
 
 

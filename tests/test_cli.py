@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import cli
+import field_methods
 import grpo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -235,39 +235,39 @@ def test_run_summary_reads_the_rewards_50_step_peak_and_its_lowest_mean_after(tm
     assert s["reward_format_end"] == pytest.approx(0.95) and s["bonus"] > 0
 
 
-@pytest.mark.parametrize("item", list(lessons.FIXES))
-def test_each_fix_pair_differs_in_its_own_flags_and_nothing_else(item):
-    """fix_<item>: its two runs resolve to the same train.py flags (recipe and defaults filled in)
-    but for the item's own, so that what moves between them is the item's doing."""
-    without, with_ = dict(lessons.judged())["fix_" + item].experiments
-    assert (without, with_) == (lessons.FIXES[item].without, lessons.FIXES[item].with_)
-    a, b = (vars(cli.parse_args(experiments.command(n, 0, "runs/exp")[2:])[1]) for n in (without, with_))
-    differ = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"runs_dir", "typed_flags"}  # where it ran, what was typed
-    own = {"dynamic_sampling": {"dynamic_sampling"}, "token_mean": {"loss_agg"}, "drgrpo": {"loss_agg", "adv_norm"},
-           "overlong": {"overlong_cache"}, "keep_mask": {"keep_sampling_mask"}, "tis": {"tis_cap"},
-           "kl_reweight": {"kl_reweight"}, "entropy_bonus": {"entropy_coef"},
-           "gspo": {"ratio_level", "clip", "clip_high"}, "clip_higher": {"clip_high"},
-           "cispo": {"objective", "clip", "clip_high"}, "dual_clip": {"dual_clip"},
-           "off_policy_mask": {"off_policy_mask"}, "gdpo": {"reward_norm"}}[item]
-    assert differ == own, (item, differ)
+def resolved_difference(a, b):
+    """The train.py settings (recipe and defaults filled in) in which two experiments differ, but where they ran."""
+    a, b = (vars(cli.parse_args(experiments.command(n, 0, "runs/exp")[2:])[1]) for n in (a, b))
+    return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"runs_dir", "typed_flags"}
 
 
-@pytest.mark.parametrize("method", list(lessons.FIELD))
-def test_each_field_variant_differs_from_its_run_without_in_its_own_flags_and_nothing_else(method):
-    """field_<method>: its run and the run without it (the one the chapter's lesson or fix beside it is judged
-    against) resolve to the same train.py flags but for the method's own, so that what moves is the method's doing."""
-    without, with_ = lessons.FIELD[method].experiments
-    a, b = (vars(cli.parse_args(experiments.command(n, 0, "runs/exp")[2:])[1]) for n in (without, with_))
-    differ = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"runs_dir", "typed_flags"}
-    own = {"sapo": {"objective", "ratio_level", "clip"},  # clip: inf without, the book's 10 with, which SAPO never reads
-           "gmpo": {"objective", "ratio_level", "clip"},
-           "icepop": {"tis_cap", "tis_floor", "tis_mode"}, "sequence_is": {"tis_cap", "tis_mode"},
-           "rejection": {"rejection", "rejection_bound"}, "dppo_tv": {"objective", "clip"},
-           "dppo_kl": {"objective", "clip"}, "vespo": {"objective", "tis_cap", "loss_agg"},
-           "top_entropy": {"top_entropy_quantile"}, "adaptive_entropy": {"adaptive_entropy"},
-           "rloo": {"baseline"}, "reinforce_pp": {"baseline"}, "luspo": {"ratio_level", "clip", "clip_high", "loss_agg"},
-           "k3_plus": {"kl_estimator"}}[method]
-    assert differ == own, (method, differ)
+SWITCHES = {  # each judged method -> the settings its run changes, by hand: its own, its source's values among them
+    "instability": {"clip"}, "instability_ppo": {"objective", "clip"}, "naive_kl": {"kl_estimator", "kl_level"},
+    "runaway": {"learner_temperature", "keep_sampling_mask"}, "format_exploit": {"gated"},
+    "fix_dynamic_sampling": {"dynamic_sampling"}, "fix_token_mean": {"loss_agg"}, "fix_drgrpo": {"loss_agg", "adv_norm"},
+    "fix_overlong": {"overlong_cache"}, "fix_keep_mask": {"keep_sampling_mask"}, "fix_tis": {"tis_cap"},
+    "fix_kl_reweight": {"kl_reweight"}, "fix_entropy_bonus": {"entropy_coef"}, "fix_clip_higher": {"clip_high"},
+    "fix_cispo": {"objective", "clip", "clip_high"}, "fix_gdpo": {"reward_norm"}, "fix_dual_clip": {"dual_clip"},
+    "fix_off_policy_mask": {"off_policy_mask"}, "fix_gspo": {"ratio_level", "clip", "clip_high"},
+    "field_sapo": {"objective", "clip"},  # clip: inf without, the book's 10 with, which SAPO never reads
+    "field_gmpo": {"objective", "clip"}, "field_icepop": {"tis_cap", "tis_floor", "tis_mode"},
+    "field_sequence_is": {"tis_cap", "tis_mode"}, "field_rejection": {"rejection", "rejection_bound"},
+    "field_dppo_tv": {"objective", "clip"}, "field_dppo_kl": {"objective", "clip"},
+    "field_vespo": {"objective", "tis_cap", "loss_agg"}, "field_top_entropy": {"top_entropy_random"},
+    "field_adaptive_entropy": {"adaptive_entropy"}, "field_rloo": {"baseline"}, "field_reinforce_pp": {"baseline"},
+    "field_luspo": {"loss_agg"}, "field_k3_plus": {"kl_estimator"}}
+
+
+@pytest.mark.parametrize("name", [n for n, _ in lessons.judged()])
+def test_each_judged_pair_differs_in_its_own_switches_and_nothing_else(name):
+    """A method's run and the run without it resolve to the same train.py flags (recipe and defaults filled in) but
+    for the method's own switches, listed here by hand and in its record, so that what moves between them is the
+    method's doing; a lesson's one-change runs each change one of its two."""
+    judged = dict(lessons.judged())[name]
+    assert set(judged.record.switches) == SWITCHES[name]
+    assert resolved_difference(*judged.experiments) == SWITCHES[name], name
+    changed = [resolved_difference(judged.experiments[0], part) for part in judged.parts]
+    assert all(len(c) == 1 and c < SWITCHES[name] for c in changed) and len(set(map(frozenset, changed))) == len(changed)
 
 
 def test_the_field_group_runs_each_variant_and_the_runs_without_them():

@@ -4,7 +4,7 @@ or update whose expected value is worked out by hand below.
     python -m pytest -q tests/test_gates.py
 
 A fix's verdict reads a number of the run without it and with it, and its gates say whether the run without
-it had anything for the fix to act on (lessons.FIXES, each Fix's gates); run_summary averages what a step logs.
+it had anything for the fix to act on (each record's failure, lessons.py); run_summary averages what a step logs.
 A gate on the wrong scale or over the wrong denominator still gives a plausible number, so each is checked
 at the value its formula gives, on cases chosen to tell the right scale and denominator from the wrong ones:
 
@@ -240,11 +240,12 @@ def test_every_gate_and_fix_metric_has_a_guard_that_exists():
     fix has a row in tests/README.md's table, which names the test of its logged number and of run_summary's value
     of it; each test named exists."""
     rows = guard_table()
-    keys = {key for fix in lessons.FIXES.values() for key, _ in fix.gates}
-    for _, judged in lessons.judged():  # its number, its mechanism's (from either run) and its costs
+    keys = set()
+    for _, judged in lessons.judged():  # its failure's, its number, its mechanism's (from either run) and its costs
         mechanism = judged.record.mechanism
-        keys |= {judged.number.key, mechanism.key, mechanism.without_key or mechanism.key, *judged.record.costs}
-    assert not keys - set(rows), f"gates or fix metrics without a row in tests/README.md: {sorted(keys - set(rows))}"
+        keys |= {judged.record.failure.key, judged.number.key, mechanism.key, mechanism.without_key or mechanism.key,
+                 *judged.record.costs}
+    assert not keys - set(rows), f"numbers a verdict reads without a row in tests/README.md: {sorted(keys - set(rows))}"
     for key, (_, tests) in rows.items():
         assert tests, key
         for test in tests:

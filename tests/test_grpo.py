@@ -4,7 +4,9 @@ import math
 import pytest
 import torch
 
+import field_methods
 import grpo
+from stats import logged_step
 import rollouts
 import tasks
 from field_methods import kl_cov_penalty
@@ -49,7 +51,7 @@ def test_clipped_objective_every_case(r, A, obj, grad):
 def test_book_objective_every_case(r, A, obj, grad):
     """torch.where(A >= 0, min(r A, clip(r) A), max(r A, clip(r) A)), eps 0.2, by hand."""
     ratio = torch.tensor([r], dtype=torch.float64, requires_grad=True)
-    out, _, _ = grpo.book_objective(ratio, torch.tensor([A], dtype=torch.float64), 0.2, 0.2)
+    out, _, _ = field_methods.book_objective(ratio, torch.tensor([A], dtype=torch.float64), 0.2, 0.2)
     out.sum().backward()
     assert out.item() == pytest.approx(obj) and ratio.grad.item() == pytest.approx(grad)
 
@@ -79,9 +81,9 @@ def objective_and_grads(name, A, **kw):
     if name == "ppo":
         surr, low, high = clipped_objective(ratio, adv, 0.2, 0.2, **kw)
     elif name == "book":
-        surr, low, high = grpo.book_objective(ratio, adv, 0.2, 0.2)
+        surr, low, high = field_methods.book_objective(ratio, adv, 0.2, 0.2)
     else:
-        surr, low, high = grpo.cispo_objective(ratio, adv, logp, 0.2, 0.2)
+        surr, low, high = field_methods.cispo_objective(ratio, adv, logp, 0.2, 0.2)
     surr.sum().backward()
     grad = logp.grad if name == "cispo" else ratio.grad
     assert low.shape == high.shape == surr.shape == (1, 5)
@@ -337,10 +339,10 @@ def test_grpo_learns_a_trivial_reward(enc, tiny_model, digit_reward):
     gen = torch.Generator().manual_seed(0)
     rewards_seen = []
     for _ in range(40):
-        _, stats = grpo.grpo_step(model, None, opt, enc, lambda: next(stream), 16, cfg, gen)
+        _, stats = logged_step(model, None, opt, enc, lambda: next(stream), 16, cfg, gen)
         rewards_seen.append(stats["reward"])
         assert all(math.isfinite(v) for v in stats.values() if v is not None)
-        assert {k for k, v in stats.items() if v is None} <= {"pg_k1", "resp_len_correct", "resp_len_wrong", "adv_correct_corr",
+        assert {k for k, v in stats.items() if v is None} <= {"pg_k1", "tied_adv_gap", "resp_len_correct", "resp_len_wrong", "adv_correct_corr",
                                                                 "clip_high_lowp_frac",  # none where the high clip never binds
                                                                 "adv_to_centred", "equal_groups_adv",  # ... no such group
                                                                 "format_paid_wrong"}  # ... no wrong answer
@@ -356,7 +358,7 @@ def test_nan_guard_fires_before_the_update(enc, tiny_model, digit_reward, monkey
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     stream = tasks.problems("easy", 0)
     with pytest.raises(FloatingPointError, match="non-finite"):
-        grpo.grpo_step(model, None, opt, enc, lambda: next(stream), 2, GRPOConfig(group_size=2, max_new_tokens=2),
+        logged_step(model, None, opt, enc, lambda: next(stream), 2, GRPOConfig(group_size=2, max_new_tokens=2),
                        torch.Generator().manual_seed(0))
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k  # the weights were not touched
@@ -376,7 +378,7 @@ def test_nan_guard_fires_for_a_finite_loss_with_a_non_finite_gradient(enc, tiny_
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     stream = tasks.problems("easy", 0)
     with pytest.raises(FloatingPointError, match=r"non-finite loss \(-?\d.*\) or gradient norm \(nan\)"):
-        grpo.grpo_step(model, None, opt, enc, lambda: next(stream), 2,
+        logged_step(model, None, opt, enc, lambda: next(stream), 2,
                        GRPOConfig(group_size=2, max_new_tokens=2, mu=1), torch.Generator().manual_seed(0))
     assert not opt.state  # Adam never stepped
     for k, v in model.state_dict().items():

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 import cli
+import field_methods
 import grpo
+from stats import logged_step
 import logprobs
 import rollouts
 import stats
@@ -28,17 +30,17 @@ from tokenizer import build_tokenizer
 def run_step(enc, model, cfg, ref=None, lr=1e-3, n_prompts=4, seed=0):
     stream = tasks.problems("easy", seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    return grpo.grpo_step(model, ref, opt, enc, lambda: next(stream), n_prompts, cfg, torch.Generator().manual_seed(seed))
+    return logged_step(model, ref, opt, enc, lambda: next(stream), n_prompts, cfg, torch.Generator().manual_seed(seed))
 
 
-def spy(monkeypatch, name):
-    """Record the arguments of every call of grpo.<name>, still calling it."""
-    calls, real = [], getattr(grpo, name)
+def spy(monkeypatch, name, module=grpo):
+    """Record the arguments of every call of module.<name> (grpo's, or field_methods'), still calling it."""
+    calls, real = [], getattr(module, name)
 
     def wrapper(*args, **kw):
         calls.append(args)
         return real(*args, **kw)
-    monkeypatch.setattr(grpo, name, wrapper)
+    monkeypatch.setattr(module, name, wrapper)
     return calls
 
 
@@ -115,10 +117,10 @@ def test_later_updates_see_the_policy_move_away_from_pi_old(enc, tiny_model, dig
 
 def test_grad_norm_is_the_updates_mean_and_grad_norm_max_their_largest_before_clipping(enc, tiny_model, digit_reward,
                                                                                       monkeypatch):
-    """Four updates under a clip at 0.01: the logged norms are those optimizer_step returns
+    """Four updates under a clip at 0.01: the logged norms are those grpo.backward returns
     (clip_grad_norm_'s, before clipping), their mean and their max (0 in a minibatch of equal rewards)."""
-    norms, real = [], grpo.optimizer_step
-    monkeypatch.setattr(grpo, "optimizer_step", lambda *a: norms.append(real(*a).item()) or torch.tensor(norms[-1]))
+    norms, real = [], grpo.backward
+    monkeypatch.setattr(grpo, "backward", lambda *a: norms.append(real(*a).item()) or torch.tensor(norms[-1]))
     _, stats = run_step(enc, tiny_model(), GRPOConfig(**CFG, mu=2, minibatches=2, max_grad_norm=0.01), lr=5e-2)
     assert len(norms) == 4 and max(norms) > 0.01 and len(set(norms)) > 2  # norms the clip cut, and they differ
     assert stats["grad_norm"] == pytest.approx(sum(norms) / 4, rel=1e-6)
@@ -222,7 +224,7 @@ def test_cispo_weight_carries_no_gradient():
     mask = torch.ones(3, 4, dtype=torch.bool)
     A = torch.tensor([[1.5], [-0.5], [2.0]], dtype=torch.float64)
     ratio = grpo.policy_ratio(logp, logp.detach(), mask, "token")
-    grpo.cispo_objective(ratio, A, logp, 0.2, 0.28)[0].sum().backward()
+    field_methods.cispo_objective(ratio, A, logp, 0.2, 0.28)[0].sum().backward()
     assert torch.equal(logp.grad, A.expand(3, 4))
 
 
@@ -347,7 +349,8 @@ def test_a_step_logs_the_lengths_of_its_right_and_wrong_answers_and_pg_k1(enc, t
 def test_an_off_correction_costs_nothing_and_logs_nothing(enc, tiny_model, digit_reward, monkeypatch, on):
     """--tis-cap and --off-policy-mask run (and off_policy_masked_frac is logged) only when set:
     off, neither function is called; on, each is called once per update."""
-    tis, keep = spy(monkeypatch, "tis_weights"), spy(monkeypatch, "off_policy_keep")
+    tis = spy(monkeypatch, "tis_weights", field_methods)
+    keep = spy(monkeypatch, "off_policy_keep", field_methods)
     extra = dict(tis_cap=2.0, off_policy_mask=0.1) if on else {}
     _, logged = run_step(enc, tiny_model(), GRPOConfig(**CFG, mu=2, minibatches=2, top_p=0.8, **extra))
     assert len(tis) == len(keep) == (4 if on else 0)
@@ -359,7 +362,7 @@ def lagged_steps(enc, model, cfg, seeds, lr=5e-2):
     opt, lagged, out = torch.optim.Adam(model.parameters(), lr=lr), collections.deque(), []
     for seed in seeds:
         stream = tasks.problems("easy", seed)
-        trained, logged = grpo.grpo_step(model, None, opt, enc, lambda: next(stream), 4, cfg,
+        trained, logged = logged_step(model, None, opt, enc, lambda: next(stream), 4, cfg,
                                          torch.Generator().manual_seed(seed), lagged)
         out.append((lagged[-1][0] if cfg.rollout_lag else trained, trained, logged))
     return out
@@ -458,9 +461,9 @@ def test_exact_kl_sums_the_kl_over_the_whole_vocabulary(enc, tiny_model, digit_r
             total += kl_t if level == "sequence" else kl_t / m[i].sum().item()  # seq_mean of each token's KL
         per_answer.append(total)
     with torch.no_grad():
-        got = grpo.exact_kl(policy, ref, batch, rows, m, cfg)[0].item()
+        got = stats.exact_kl(policy, ref, batch, rows, m, cfg)[0].item()
         assert got == pytest.approx(sum(per_answer) / len(per_answer), rel=1e-4)
-        assert grpo.exact_kl(policy, policy, batch, rows, m, cfg)[0].item() == pytest.approx(0.0, abs=1e-6)
+        assert stats.exact_kl(policy, policy, batch, rows, m, cfg)[0].item() == pytest.approx(0.0, abs=1e-6)
     logged = run_step(enc, tiny_model(0), cfg, ref=tiny_model(1))[1]
     assert logged["kl_exact"] > 0 and "kl" in logged
     off = run_step(enc, tiny_model(0), dataclasses.replace(cfg, exact_kl=False), ref=tiny_model(1))[1]
@@ -487,94 +490,3 @@ def test_share_prompts_reaches_the_learner_and_changes_its_log_probs_by_rounding
     shared = grpo.batch_logprobs(policy, batch, rows, batch.loss_mask, GRPOConfig(share_prompts=True))[0]
     assert seen[:2] == [None, (batch.prompt_len, cfg.group_size)]  # then its prompt pass and its answers pass
     assert torch.allclose(plain, shared, atol=1e-4) and not torch.equal(plain, shared)
-
-
-def test_grpo_step_is_the_chapter_in_one_screen():
-    """grpo_step's body, after its docstring, is at most 28 lines: the chapter's step, with each option in
-    the function of its own idea (stale_batch, old_logprobs, exact_kl), so it cannot drift longer unseen."""
-    import ast
-    import inspect
-    source = inspect.getsource(grpo.grpo_step)
-    function = ast.parse(source).body[0]
-    body = source.splitlines()[function.body[1].lineno - 1:function.end_lineno]  # body[0] is the docstring
-    assert len(body) <= 28, f"grpo_step's body is {len(body)} lines"
-
-
-def body_lines(step):
-    import ast
-    import inspect
-    source = inspect.getsource(step)
-    function = ast.parse(source).body[0]
-    return source.splitlines()[function.body[1].lineno - 1:function.end_lineno]  # body[0] is the docstring
-
-
-def test_the_papers_step_is_grpo_in_about_20_lines_and_the_books_in_about_25():
-    assert len(body_lines(grpo.grpo_step_paper)) <= 22, "grpo_step_paper's body"
-    assert len(body_lines(grpo.grpo_step_book)) <= 27, "grpo_step_book's body"
-
-
-def one_step_each(steps, warm_policy, cfg, ref, n_prompts):
-    """One step of each function, from the same weights and the same random state, with SGD (so that float rounding
-    between the kernels and the textbook log-softmax stays rounding: Adam's first step is lr * sign(grad), which a
-    gradient of rounding noise could flip) -> [(the last update's loss, the parameters after)]."""
-    results = []
-    for step in steps:
-        model, enc = warm_policy()
-        stream = tasks.problems("easy", 3)
-        losses = []
-        opt = torch.optim.SGD(model.parameters(), lr=0.5)
-        real = grpo.optimizer_step
-
-        def record(m, o, loss, *a):
-            losses.append(loss.item())
-            return real(m, o, loss, *a)
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(grpo, "optimizer_step", record)
-            out = step(model, ref, opt, enc, lambda: next(stream), n_prompts, cfg, torch.Generator().manual_seed(7))
-        loss = out.item() if torch.is_tensor(out) else losses[-1]
-        results.append((loss, [p.detach().clone() for p in model.parameters()]))
-    return results
-
-
-def assert_same_step(results, warm_policy):
-    (loss_a, params_a), (loss_b, params_b) = results
-    moved = max((a - b).abs().max().item() for a, b in zip(params_a, warm_policy()[0].parameters()))
-    assert moved > 1e-3  # the step changed the weights
-    assert loss_a == pytest.approx(loss_b, rel=1e-5, abs=1e-7)
-    for a, b in zip(params_a, params_b):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-
-
-def a_reference(warm_policy):
-    """A reference other than the policy, so the KL term acts."""
-    ref, _ = warm_policy()
-    with torch.no_grad():
-        for p in ref.parameters():
-            p.add_(0.02 * torch.randn_like(p))
-    return ref
-
-
-@pytest.mark.roundings
-@pytest.mark.parametrize("kl", [0.0, 0.1])
-def test_the_papers_step_and_grpo_step_leave_the_same_weights_and_loss(warm_policy, kl):
-    """At the default flags (two updates on one rollout, PPO's clip, each answer's token mean; with --kl, k3 to a
-    reference that differs from the policy) one step of each leaves the same parameters and the same loss:
-    grpo_step is the papers' step with its switches off."""
-    cfg = GRPOConfig(kl=kl)
-    assert (cfg.mu, cfg.minibatches, cfg.loss_agg, cfg.objective) == (2, 1, "seq_mean", "ppo")  # the defaults
-    ref = a_reference(warm_policy) if kl else None
-    assert_same_step(one_step_each((grpo.grpo_step_paper, grpo.grpo_step), warm_policy, cfg, ref, 6), warm_policy)
-
-
-@pytest.mark.roundings
-@pytest.mark.parametrize("kl", [0.0, 0.1])
-def test_the_books_step_and_grpo_step_under_recipe_book_leave_the_same_weights_and_loss(warm_policy, kl):
-    """--recipe book (one prompt and 8 answers, two inner epochs that sample again from a frozen copy, sampled at T
-    0.8 and top-p 0.9, scored at T 1, the sequence ratio in the book's torch.where form at eps 10, k1 on the sums at
-    beta 0.1; here also without the KL): grpo_step is the book's step with its switches set so. Two prompts, so the
-    step has groups to weigh."""
-    cfg = cli.grpo_config(cli.parse_args(["--recipe", "book", "--kl", str(kl)])[1])
-    assert (cfg.mu, cfg.resample_epochs, cfg.ratio_level, cfg.objective, cfg.kl_estimator, cfg.kl_level,
-            cfg.learner_temperature, cfg.clip) == (2, True, "sequence", "book", "k1", "sequence", 1.0, 10.0)
-    ref = a_reference(warm_policy) if kl else None
-    assert_same_step(one_step_each((grpo.grpo_step_book, grpo.grpo_step), warm_policy, cfg, ref, 2), warm_policy)

@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 
+import field_methods
 import grpo
 import logprobs
 import rollouts
@@ -27,9 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_tis_weight_is_the_capped_learner_to_sampler_ratio():
     old = torch.log(torch.tensor([[0.5, 0.2, 0.9]]))
     sampler = torch.log(torch.tensor([[0.25, 0.4, 0.1]]))  # ratios 2, 0.5, 9
-    torch.testing.assert_close(grpo.tis_weights(old, sampler, 3.0), torch.tensor([[2.0, 0.5, 3.0]]))  # cap reached once
-    torch.testing.assert_close(grpo.tis_weights(old, sampler, 10.0), torch.tensor([[2.0, 0.5, 9.0]]))  # never
-    assert torch.equal(grpo.tis_weights(old, sampler, 0.0), torch.ones(1, 3))  # off
+    torch.testing.assert_close(field_methods.tis_weights(old, sampler, 3.0), torch.tensor([[2.0, 0.5, 3.0]]))  # cap reached once
+    torch.testing.assert_close(field_methods.tis_weights(old, sampler, 10.0), torch.tensor([[2.0, 0.5, 9.0]]))  # never
+    assert torch.equal(field_methods.tis_weights(old, sampler, 0.0), torch.ones(1, 3))  # off
 
 
 def test_off_policy_mask_drops_only_far_negative_sequences():
@@ -38,9 +39,9 @@ def test_off_policy_mask_drops_only_far_negative_sequences():
     mask = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 1], [1, 1, 1]], dtype=torch.bool)
     adv = torch.tensor([-1.0, 1.0, -1.0, -0.5])
     # length-normalised KL from the sampler: 1, 1, 0.033, 1
-    assert grpo.off_policy_keep(logp, sampler, adv, mask, 0.5).tolist() == [0.0, 1.0, 1.0, 0.0]
-    assert grpo.off_policy_keep(logp, sampler, adv, mask, math.inf).tolist() == [1.0] * 4  # off
-    assert grpo.off_policy_keep(logp, sampler, -adv.abs(), mask, 0.0).tolist() == [0.0] * 4  # all masked
+    assert field_methods.off_policy_keep(logp, sampler, adv, mask, 0.5).tolist() == [0.0, 1.0, 1.0, 0.0]
+    assert field_methods.off_policy_keep(logp, sampler, adv, mask, math.inf).tolist() == [1.0] * 4  # off
+    assert field_methods.off_policy_keep(logp, sampler, -adv.abs(), mask, 0.0).tolist() == [0.0] * 4  # all masked
 
 
 def test_reweighted_kl_is_ratio_times_k3_and_plain_k3_on_policy():
@@ -58,17 +59,31 @@ def test_reweighted_kl_is_ratio_times_k3_and_plain_k3_on_policy():
     torch.testing.assert_close(logp.grad, torch.tensor([[1 - math.exp(0.5) + k3(0.5), 1 - math.exp(1.0) + k3(1.0)]]))
 
 
-def test_gdpo_normalises_each_term_then_the_sum():
-    terms = {"correct": torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1]),
-             "format_paid": torch.tensor([1.0, 1, 1, 0, 0, 0, 0, 0]),
-             "overlong": torch.zeros(8)}
-    A = grpo.gdpo_advantages(terms, {"correct": 1.0, "format_paid": 0.5, "overlong": 1.0}, 4)
+def gdpo(terms, weights, G):
+    """GDPO's advantages as grpo.advantages makes them: each paid term's group advantage, then
+    field_methods.gdpo_advantages."""
+    per_term = {k: grpo.group_advantages(terms[k], G) for k, w in weights.items() if w != 0}
+    return field_methods.gdpo_advantages(per_term, weights)
 
-    def norm(x):
-        return (x - x.mean()) / (x.std() + 1e-4)
-    first = norm(norm(terms["correct"][:4]) + 0.5 * norm(terms["format_paid"][:4]))
-    torch.testing.assert_close(A[:4], first)
-    assert torch.equal(A[4:], torch.zeros(4))  # every term constant in the group: no signal
+
+def test_gdpo_is_nvlabs_formula_on_a_batch_of_two_prompts():
+    """NVlabs/GDPO (trl-GDPO's grpo_trainer): each reward's advantage within its group, (r - mean) / (std + 1e-4)
+    with the std over G - 1; their weighted sum; then that sum's batch mean taken off and divided by its batch std
+    + 1e-4. Two prompts of 4 answers, by hand: prompt 1's correctness 1, 0, 0, 0 and format 1, 1, 1, 0; prompt 2's
+    correctness 1, 1, 1, 1 (no signal) and format 1, 0, 1, 0."""
+    terms = {"correct": torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1]), "format_paid": torch.tensor([1.0, 1, 1, 0, 1, 0, 1, 0]),
+             "overlong": torch.zeros(8)}
+    weights = {"correct": 1.0, "format_paid": 0.5, "overlong": 0.0}
+    c1 = [(x - 0.25) / (0.5 + 1e-4) for x in (1, 0, 0, 0)]  # mean 1/4, std over 3: 1/2
+    f1 = [(x - 0.75) / (0.5 + 1e-4) for x in (1, 1, 1, 0)]
+    c2 = [0.0] * 4  # all 1: 0 / (0 + eps)
+    f2 = [(x - 0.5) / ((1 / 3) ** 0.5 + 1e-4) for x in (1, 0, 1, 0)]  # mean 1/2, std over 3: sqrt(1/3)
+    s = torch.tensor([c + 0.5 * f for c, f in zip(c1 + c2, f1 + f2)])
+    want = (s - s.mean()) / (s.std() + 1e-4)
+    torch.testing.assert_close(gdpo(terms, weights, 4), want)
+    # the form this project had: the sum normalised again within each group, not over the batch, differs here
+    within = torch.cat([(g - g.mean()) / (g.std() + 1e-4) for g in s.view(2, 4)])
+    assert not torch.allclose(within, want, atol=1e-3)
 
 
 def test_gdpo_keeps_the_sparse_term_from_drowning():
@@ -77,8 +92,8 @@ def test_gdpo_keeps_the_sparse_term_from_drowning():
     fmt = torch.tensor([0.0, 1, 1, 1, 1, 0, 0, 0])
     total = correct + 2.0 * fmt
     plain = grpo.group_advantages(total, 8)
-    gdpo = grpo.gdpo_advantages({"correct": correct, "format_paid": fmt}, {"correct": 1.0, "format_paid": 2.0}, 8)
-    assert plain[0] < 0 < gdpo[0]  # the only correct answer: punished by the plain sum, rewarded by GDPO
+    mine = gdpo({"correct": correct, "format_paid": fmt}, {"correct": 1.0, "format_paid": 2.0}, 8)
+    assert plain[0] < 0 < mine[0]  # the only correct answer: punished by the plain sum, rewarded by GDPO
 
 
 def distinct_magnitudes(adv):
@@ -97,19 +112,15 @@ def test_gdpo_tells_apart_the_reward_tuples_that_grpo_merges():
     """GRPO normalises the summed reward: at 2 rollouts any two different totals, (0, 1), (0, 2)
     or (1, 2), give the same +-1/sqrt(2), so its advantages take 2 magnitudes. GDPO normalises
     each reward first: a group apart in one reward gets +-1/sqrt(2), apart in both +-sqrt(2),
-    3 magnitudes, and the paper's batch-wise normalisation after the sum keeps them. The book's
-    gdpo.py normalises the sum again within the group (our --adv-norm group), which at 2
-    rollouts maps every split back to +-1/sqrt(2): the same 2 magnitudes as GRPO."""
+    3 magnitudes, and its batch-wise normalisation after the sum keeps them."""
     terms, weights = every_two_rollout_group(), {"correct": 1.0, "format_paid": 1.0}
     grpo_adv = grpo.group_advantages(terms["correct"] + terms["format_paid"], 2)
-    gdpo_batch = grpo.gdpo_advantages(terms, weights, 2, norm="batch")
-    gdpo_group = grpo.gdpo_advantages(terms, weights, 2, norm="group")
+    mine = gdpo(terms, weights, 2)
     half = round(2 ** -0.5, 3)
     assert distinct_magnitudes(grpo_adv) == [0.0, half]
-    assert len(distinct_magnitudes(gdpo_batch)) == 3
-    small, large = distinct_magnitudes(gdpo_batch)[1:]
+    assert len(distinct_magnitudes(mine)) == 3
+    small, large = distinct_magnitudes(mine)[1:]
     assert abs(large / small - 2.0) < 1e-3  # apart in both rewards: twice the advantage of apart in one
-    assert distinct_magnitudes(gdpo_group) == [0.0, half]
 
 
 def test_entropy_bonus_gradient_equals_autograd_through_the_reference(monkeypatch):

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import grpo
+from stats import logged_step
 import logprobs
 import qwen3
 import tasks
@@ -116,7 +117,7 @@ def test_a_grpo_step_runs_and_changes_the_weights(enc, digit_reward):
     stream = tasks.problems("easy", 0)
     cfg = GRPOConfig(group_size=4, max_new_tokens=6, temperature=2.0)
     opt = torch.optim.Adam(m.parameters(), lr=1e-3)
-    _, stats = grpo.grpo_step(m, None, opt, enc, lambda: next(stream), 4, cfg, torch.Generator().manual_seed(0))
+    _, stats = logged_step(m, None, opt, enc, lambda: next(stream), 4, cfg, torch.Generator().manual_seed(0))
     assert stats["adv_std"] > 0 and math.isfinite(stats["loss"])  # mixed rewards: a real gradient
     changed = [n for n, p in m.named_parameters() if not torch.equal(p, before[n])]
     assert len(changed) == len(before), set(before) - set(changed)

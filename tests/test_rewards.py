@@ -217,25 +217,32 @@ def test_overlong_penalty_off():
 ])
 def test_score_gated_vs_ungated(completion, answer, gated, total):
     out = score(completion, answer, 10, GRPOConfig(format_weight=0.5, gated=gated))
-    assert set(out) == {"total", "correct", "format", "format_paid"}  # no overlong term without its cache
+    assert set(out) == {"total", "correct", "format", "format_paid", "overlong"}  # every term, paid or not
+    assert out["overlong"] == 0.0  # no cache: nothing to penalise
     assert out["total"] == pytest.approx(total)
 
 
 def test_score_with_overlong():
     out = score(GOOD, 18, 90, GRPOConfig(format_weight=0.5, max_new_tokens=100, overlong_cache=20))
     assert out == pytest.approx({"total": 1.0, "correct": 1.0, "format": 1.0, "format_paid": 1.0, "overlong": -0.5})
-    out = score(GOOD, 18, 90)  # defaults: no format bonus, no penalty: neither term is there
-    assert out == {"total": 1.0, "correct": 1.0, "format": 1.0}
+    out = score(GOOD, 18, 90)  # defaults: no format bonus, no penalty: both terms there, neither paid
+    assert out == {"total": 1.0, "correct": 1.0, "format": 1.0, "format_paid": 1.0, "overlong": 0.0}
 
 
-@pytest.mark.parametrize("format_weight, overlong_cache, terms", [
-    (0.0, 0, {"correct"}), (0.5, 0, {"correct", "format_paid"}), (0.0, 8, {"correct", "overlong"}),
-    (-0.1, 8, {"correct", "format_paid", "overlong"})])
-def test_score_gives_a_term_only_where_its_weight_is_not_0(format_weight, overlong_cache, terms):
-    """What a run logs as reward_<term>: the terms it pays, and the raw format check (the reasoned share) always."""
-    out = score(GOOD, 18, 36, GRPOConfig(format_weight=format_weight, max_new_tokens=40, overlong_cache=overlong_cache))
-    assert set(out) == {"total", "format"} | terms
-    assert out["total"] == pytest.approx(1.0 + format_weight * 1.0 + (-0.5 if overlong_cache else 0.0))
+@pytest.mark.parametrize("format_weight, overlong_cache, gated, completion, answer, format_paid, overlong", [
+    (0.0, 0, False, GOOD, 18, 1.0, 0.0), (0.5, 0, False, GOOD, 18, 1.0, 0.0), (0.0, 8, False, GOOD, 18, 1.0, -0.5),
+    (-0.1, 8, False, GOOD, 18, 1.0, -0.5), (0.0, 0, True, GOOD, 17, 0.0, 0.0), (0.0, 0, False, GOOD, 17, 1.0, 0.0),
+    (0.0, 0, False, "\\boxed{18}", 18, 0.0, 0.0)])
+def test_score_gives_every_terms_raw_value_whatever_its_weight(format_weight, overlong_cache, gated, completion,
+                                                                answer, format_paid, overlong):
+    """What a run logs as reward_<term>: each term's raw value, weight 0 or not (the run without a term shows how
+    often it would pay), and the raw format check; the total counts a term only by its weight."""
+    out = score(completion, answer, 36, GRPOConfig(format_weight=format_weight, max_new_tokens=40,
+                                                   overlong_cache=overlong_cache, gated=gated))
+    assert set(out) == {"total", "correct", "format", "format_paid", "overlong"}
+    assert (out["format_paid"], out["overlong"]) == (format_paid, overlong)
+    paid_overlong = overlong if overlong_cache else 0.0
+    assert out["total"] == pytest.approx(out["correct"] + format_weight * format_paid + paid_overlong)
 
 
 # ---- fuzz: any string gives finite floats, no exceptions -------------------------

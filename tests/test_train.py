@@ -442,7 +442,8 @@ enc = build_tokenizer({"merges": []})
 model = GPT(GPTConfig(vocab_size=enc.n_vocab, max_seq_len=48, n_layer=1, n_head=2, d_model=32))
 stream = tasks.problems("easy", 0)
 cfg = grpo.GRPOConfig(group_size=2, max_new_tokens=3)
-_, stats = grpo.grpo_step(model, None, torch.optim.Adam(model.parameters()), enc, lambda: next(stream), 2, cfg,
+from stats import logged_step
+_, stats = logged_step(model, None, torch.optim.Adam(model.parameters()), enc, lambda: next(stream), 2, cfg,
                           torch.Generator().manual_seed(0))
 print("ok", stats["loss"])
 """

@@ -25,6 +25,7 @@ import torch
 
 import field_methods
 import grpo
+from stats import logged_step
 import logprobs as logprobs_py  # logprobs.py; `logprobs` below is this file's float64 reference
 import rewards
 import rollouts
@@ -90,7 +91,7 @@ def run(model, enc, cfg, ref=None, n_prompts=6, seed=1, opt=None, lagged=None):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(grpo, "batch_logprobs", batch_logprobs)
         mp.setattr(grpo, "grpo_loss", grpo_loss)
-        batch, stats = grpo.grpo_step(model, ref, opt, enc, next_problem, n_prompts, cfg,
+        batch, stats = logged_step(model, ref, opt, enc, next_problem, n_prompts, cfg,
                                       torch.Generator().manual_seed(seed), lagged)
     return Step(batch, stats, updates, passes, before, drawn)
 
@@ -407,15 +408,15 @@ def test_overlong_cache_penalises_the_last_tokens_linearly(warm_policy, cache):
     assert not cache or ((penalty < 0) & (penalty > -1)).any() and (penalty == 0).any()
     if cache:
         torch.testing.assert_close(b.rewards["overlong"].double(), penalty)
-    else:  # off: not a term of the reward, nor of what the step logs
-        assert "overlong" not in b.rewards and "reward_overlong" not in step.stats
+    else:  # off: a term of 0 for every answer, logged as such (every term is logged at weight 0 too)
+        assert (b.rewards["overlong"] == 0).all() and step.stats["reward_overlong"] == 0
     correct = torch.tensor([rewards.correctness_reward(t, p.answer) for t, p in zip(b.texts, b.problems)])
     assert_grad(step.updates[0], on_policy_grad(step, cfg, r=correct + penalty))
 
 
 def test_reward_norm_gdpo_gives_the_advantages_of_a_known_reward_table(warm_policy, monkeypatch):
-    """GDPO: each term normalised in its group, summed with its weight, then normalised again.
-    In the first group the one correct answer gets what two wrong well-formatted ones get
+    """GDPO: each term normalised in its group, summed with its weight, then the sum normalised over the batch
+    (NVlabs' code). In the first group the one correct answer gets what two wrong well-formatted ones get
     from the plain sum; GDPO ranks it above them."""
     correct = [1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0]
     fmt = [0, 1, 1, 0, 1, 0, 1, 1, 1, 1, 1, 1]
@@ -423,13 +424,14 @@ def test_reward_norm_gdpo_gives_the_advantages_of_a_known_reward_table(warm_poli
     def z(xs):  # (x - mean) / (std + 1e-4), std with n - 1
         mean, sd = sum(xs) / len(xs), statistics.stdev(xs)
         return [(x - mean) / (sd + 1e-4) for x in xs]
-    gdpo, plain = [], []
+    summed, plain = [], []
     for g in range(0, 12, 4):
         c, f = correct[g:g + 4], fmt[g:g + 4]
-        gdpo += z([a + b for a, b in zip(z(c), z(f))])
+        summed += [a + b for a, b in zip(z(c), z(f))]
         plain += z([a + b for a, b in zip(c, f)])
+    gdpo = z(summed)  # over the batch's 12 answers, not within each group
     assert plain[0] == plain[1] and gdpo[0] > gdpo[1] + 0.2
-    assert gdpo[8:] == [0.0] * 4  # both terms constant in the last group: no signal
+    assert summed[8:] == [0.0] * 4  # both terms constant in the last group: its sum 0, then shifted with the batch
     for norm, want in [("norm_then_sum", gdpo), ("sum_then_norm", plain)]:
         reward_table(monkeypatch, correct, fmt)
         model, enc = warm_policy()
@@ -669,7 +671,8 @@ def test_lag_pi_old_learner_makes_pi_old_the_learner_at_the_step_and_the_tis_wei
     for seed in (1, 2, 3):
         steps.append(run(model, enc, cfg, seed=seed, opt=opt, lagged=lagged))
         sampled.append(lagged[-1][0])
-    assert all(b.pi_old_logp is None for b in sampled) and all(not s.passes for s in steps)
+    assert all(b.pi_old_logp is None for b in sampled)
+    assert all(len(s.passes) == 1 and s.passes[0][1] is s.batch for s in steps)  # pi_old: the learner, on that batch
     for before, s, trained in zip(steps, steps[1:], sampled):
         u, m = s.updates[0], completion(trained)
         assert s.batch is trained and u.batch is trained
@@ -805,7 +808,7 @@ def test_kl_estimator_level_and_reweight_through_the_step(warm_policy, table, fl
         plain, _ = kl_grad(lp, lp, refp, W, GRPOConfig(kl=0.5))  # k3 per token, not reweighted
         assert (g - plain).abs().max() > 1e-3 or flag == dict(kl=0.5)  # each variant changes the gradient here
     else:
-        assert "kl" not in step.stats and not step.passes  # beta = 0: no reference pass at all
+        assert "kl" not in step.stats and len(step.passes) == 1  # beta = 0: pi_old's pass alone, no reference
 
 
 @pytest.mark.parametrize("level", ["token", "sequence"])
@@ -1215,6 +1218,24 @@ def test_top_entropy_quantile_keeps_the_policy_gradient_on_the_high_entropy_toke
     assert all(g == 0 or abs(g - w) < 1e-6 for g, w in zip(u.grad.double()[edge].tolist(), want[edge].tolist()))
 
 
+def test_top_entropy_random_keeps_as_many_tokens_drawn_at_random_the_rules_control(warm_policy, table):
+    """--top-entropy-random with --top-entropy-quantile 0.3: the same share of the update's completion tokens keeps
+    its policy gradient, but drawn by torch's generator (train.py seeds it each step), not by entropy: the tokens
+    whose uniform draw is at least the draws' 0.7-quantile, another set than the entropy's."""
+    model, enc = warm_policy()
+    cfg = GRPOConfig(**BASE, top_entropy_quantile=0.3, top_entropy_random=True)
+    torch.manual_seed(5)
+    step = run(model, enc, cfg)
+    m = completion(step.batch)
+    torch.manual_seed(5)  # the step's first draw from torch's generator is the first update's mask
+    score = torch.rand(m.shape)
+    keep = m & (score >= torch.quantile(score[m], 0.7))
+    H = entropies(step.before, step.batch)
+    by_entropy = m & (H >= torch.quantile(H[m], 0.7))
+    assert 0.25 < keep.sum() / m.sum() < 0.35 and (keep != by_entropy).any()
+    assert_grad(step.updates[0], on_policy_grad(step, cfg) * keep)
+
+
 @pytest.mark.parametrize("agg", ["bnpo", "luspo"])
 def test_loss_agg_bnpo_is_the_token_mean_here_and_luspo_weighs_gspos_answers_by_length(warm_policy, table, agg):
     """--loss-agg bnpo, in one process: token_mean's weights exactly (its own normaliser is this process's tokens);
@@ -1304,6 +1325,7 @@ FLAG_TESTS = {  # GRPOConfig field -> the tests in this file that run a step wit
     "entropy_coef_delta": ["test_adaptive_entropy_applies_the_coefficient_the_last_steps_entropy_set"],
     "entropy_coef_max": ["test_adaptive_entropy_applies_the_coefficient_the_last_steps_entropy_set"],
     "top_entropy_quantile": ["test_top_entropy_quantile_keeps_the_policy_gradient_on_the_high_entropy_tokens"],
+    "top_entropy_random": ["test_top_entropy_random_keeps_as_many_tokens_drawn_at_random_the_rules_control"],
     "kl_cov": ["test_kl_cov_adds_the_sign_of_log_r_on_the_tokens_of_largest_covariance"],
     "fused_head": ["test_fused_head_goes_from_hidden_states_without_the_logits"],
     "share_prompts": ["test_share_prompts_runs_each_groups_prompt_once_with_the_same_numbers"],
