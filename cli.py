@@ -20,6 +20,7 @@ import re
 import shutil
 import sys
 import time
+import traceback
 from dataclasses import asdict, fields
 
 import torch
@@ -33,6 +34,9 @@ import tasks
 from model import CheckpointError, load_checkpoint, set_dropout
 from qwen3 import load_pretrained
 from tokenizer import build_tokenizer, encode_completion, encode_prompt, load_pretrained_tokenizer
+
+
+ROOT = os.path.dirname(os.path.abspath(__file__))  # the project: where a failed step's own code is
 
 
 # ---------------------------------------------------------------- flags
@@ -677,6 +681,24 @@ def flags_off_default(args):
     defaults = vars(get_parser().parse_args([]))
     return ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
                      if k not in RUN_ONLY and k in defaults and v != defaults[k])
+
+
+def step_failed(error, args, run_dir, step, saved_step):
+    """The one line a failed step stops the run with: the step, the project's function it failed in (an edit of
+    grpo.py breaks there), the error, and for a non-finite loss the flags set away from their defaults, then what
+    the last checkpoint holds. The whole traceback goes to RUN_DIR/traceback.txt."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith(ROOT)
+              and "site-packages" not in f.filename]
+    line = f"step {step}: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    if frames:
+        line += f" (in {frames[-1].name}, {os.path.relpath(frames[-1].filename, ROOT)}:{frames[-1].lineno})"
+    if isinstance(error, FloatingPointError):
+        line += f"; the flags set away from their defaults: {flags_off_default(args) or 'none'}"
+    if os.path.isdir(run_dir):
+        with open(os.path.join(run_dir, "traceback.txt"), "w") as f:
+            f.write("".join(traceback.format_exception(error)))
+        line += f" (the traceback: {os.path.join(run_dir, 'traceback.txt')})"
+    return f"{line}; stopping. {last_good(args, run_dir, step, saved_step)}"
 
 
 def last_good(args, run_dir, step, saved_step):

@@ -29,6 +29,7 @@ This file imports nothing of grpo.py (grpo.py imports it): where it needs grpo's
 mean it writes the line out again.
 """
 import copy
+import dataclasses
 import math
 
 import torch
@@ -496,6 +497,22 @@ def kl_grad_bias(lp, ref, estimator, reweighted=False):
 
 
 # ---------------------------------------------------------------- 6. between steps: the adaptive entropy coefficient
+
+def entropy_control(state, cfg):
+    """--adaptive-entropy's state (entropy_control_*): the checkpoint's, when a run resumes, else the
+    first; None without the flag, so that nothing of it runs."""
+    if not cfg.adaptive_entropy:
+        return None
+    return (state or {}).get("entropy_control") or entropy_control_start(cfg)
+
+
+def entropy_controlled(cfg, control):
+    """The GRPOConfig of one step: cfg itself, or with --adaptive-entropy the entropy coefficient the controller
+    (entropy_control_*) gives this step."""
+    if control is None:
+        return cfg
+    return dataclasses.replace(cfg, entropy_coef=entropy_control_coef(control, cfg))
+
 
 def entropy_control_start(cfg):
     """The controller's state before the first step (--adaptive-entropy): the coefficient c starts at

@@ -61,7 +61,9 @@ def grpo_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, gener
             loss_mask = trained_tokens(batch, cfg)  # (B, T) the answers' tokens the loss reads
             adv = advantages(batch, cfg)  # (B,) group-relative
             old_logp = old_logprobs(pi_old, batch, loss_mask, cfg)  # (B, T) pi_old: fixed for the epochs
-            ref_logp = logprobs_no_grad(ref_policy, batch, loss_mask, cfg) if cfg.kl > 0 else None  # (B, T) pi_ref
+            ref_logp = None  # (B, T) pi_ref, the warm start: only with a KL term
+            if cfg.kl > 0:
+                ref_logp = logprobs_no_grad(ref_policy, batch, loss_mask, cfg)
         for rows in minibatches(batch, cfg):  # K minibatches of whole groups (one by default)
             logp, entropy = batch_logprobs(learner, batch, rows, loss_mask, cfg)  # (b, T) pi_theta, with gradient
             ref = None if ref_logp is None else ref_logp[rows]  # (b, T)
@@ -235,9 +237,11 @@ def objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg, dropped):
     default), or the book's, CISPO's or a field method's (field_methods.objective), times --tis-cap's importance
     weights where they are on (weights; IcePop's masked tokens go into dropped). low / high: where the clip binds."""
     eps_low, eps_high = cfg.clip_range  # the ratio is clipped to [1 - eps_low, 1 + eps_high]
-    weights = field_methods.tis_weights(old_logp, sampler_logp, cfg.tis_cap, loss_mask, cfg) if cfg.tis_cap > 0 else None
-    if cfg.tis_cap > 0 and cfg.tis_mode.endswith("mask"):  # IcePop, MIS: the tokens whose weight was set to 0
-        dropped["is_masked_frac"] = loss_mask & (weights == 0)
+    weights = None  # (B, T) or (B, 1): importance weights towards the learner, --tis-cap's
+    if cfg.tis_cap > 0:
+        weights = field_methods.tis_weights(old_logp, sampler_logp, cfg.tis_cap, loss_mask, cfg)
+        if cfg.tis_mode.endswith("mask"):  # IcePop, MIS: the tokens whose weight was set to 0
+            dropped["is_masked_frac"] = loss_mask & (weights == 0)
     if cfg.objective == "ppo":
         surrogate, low, high = clipped_objective(ratio, A, eps_low, eps_high, cfg.dual_clip)
     else:  # the book's, CISPO's, and the field's: SAPO, GMPO, DPPO-TV / -KL, VESPO
@@ -298,7 +302,8 @@ def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=Non
     book's 7_5_plus_kl.py): log pi and log pi_ref summed over each answer first, one log r an answer.
     old_logp given (--kl-reweight, DeepSeek-V3.2): on pi_old's samples, weight by the ratio (with its gradient),
         E_{y ~ pi_old}[ (pi(y) / pi_old(y)) * k3(y) ] = E_{y ~ pi}[ k3(y) ] = KL(pi || pi_ref)"""
-    lp, ref = logp, ref_logp  # (B, T)
+    lp = logp  # (B, T)
+    ref = ref_logp
     if level == "sequence":
         lp = (logp * mask).sum(1, keepdim=True)  # (B, 1)
         ref = (ref_logp * mask).sum(1, keepdim=True)  # (B, 1)

@@ -398,16 +398,16 @@ def counted(results, seeds=None):
 
 
 def verdict_text(outcome, seeds=None):
-    """'2 of 3' held of the seeds judged, then the seeds that were not: '2 of 3; no failure in 1; cannot detect in
-    1; seed 4 not judged: ...'. 'no failure in 5 of 5' where none was judged."""
+    """'held in 2 of 3' of the seeds judged, then the seeds that were not: 'held in 2 of 3; no failure in 1; cannot
+    detect in 1; seed 4 not judged: ...', or 'no failure in 5 of 5' where none was judged."""
     seeds = seeds or [f"seed{i}" for i in range(len(outcome))]
     verdicts = [v for v, _ in outcome]
     judged = verdicts.count(lessons.HELD) + verdicts.count(lessons.NOT_HELD)
-    parts = [f"{verdicts.count(lessons.HELD)} of {judged}"] if judged else []
+    parts = [f"held in {verdicts.count(lessons.HELD)} of {judged}"] if judged else []
     for kind in (lessons.NO_FAILURE, lessons.CANNOT_DETECT):
         if verdicts.count(kind):
-            parts.append(f"{kind.replace(' here', '')} in {verdicts.count(kind)}" + ("" if judged else
-                                                                                    f" of {len(verdicts)}"))
+            parts.append(f"{kind.replace(' here', '')} in {verdicts.count(kind)}"
+                         + ("" if judged else f" of {len(verdicts)}"))
     parts += [f"seed {s[4:]} not judged: {why}" for s, (_, why) in zip(seeds, outcome) if why]
     return "; ".join(parts) or "-"
 
@@ -468,7 +468,7 @@ def judged_rows(collection, summaries, first, only_run=False):
     in how many seeds it acted; its number and rule; without -> with by seed; the verdict; beside its rivals; its
     cost. 'not run yet' where its runs are not there (left out with only_run)."""
     out = [f"| {first} | for | where | its failure, in the run without | present | its mechanism | acted | its number, "
-           "held when | without -> with, by seed | held | beside its rival | cost |", "|---" * 12 + "|"]
+           "held when | without -> with, by seed | verdict | beside its rival | cost |", "|---" * 12 + "|"]
     for name, judged in collection.items():
         j = judgement(judged, summaries)
         rule = number_cells(judged, j)[0]
@@ -499,7 +499,7 @@ def field_table(summaries, only_run=False):
 def short_table(collection, summaries, first):
     """One row a fix or method: its failure present (N of M), its mechanism acted, its number without -> with over
     the seeds, the verdict, beside each rival, and its cost."""
-    out = [f"| {first} | its failure present | its mechanism acted | its number | without -> with | held | "
+    out = [f"| {first} | its failure present | its mechanism acted | its number | without -> with | verdict | "
            "beside its rival | cost |", "|---|---|---|---|---|---|---|---|"]
     for name, judged in collection.items():
         j = judgement(judged, summaries)
@@ -554,10 +554,10 @@ def lesson_table(name, summaries):
     names = [*lesson.experiments, *lesson.parts]
     cell = NUMBER_CELLS.get(lesson.number.key, lambda r: fmt_metric(lesson.number.key, r.get(lesson.number.key)))
     parts = "".join(f" | {lessons.LABELS.get(p, p)} alone" for p in lesson.parts)
-    out = [f"**{name}** ({rule_text(lesson)}): held in {verdict_text(j.outcome, j.seeds)}", "",
+    out = [f"**{name}** ({rule_text(lesson)}): {verdict_text(j.outcome, j.seeds)}", "",
            f"| seed | {names[0]}: its failure | " + " | ".join(f"{n}: {NUMBER_TITLES.get(lesson.number.key, '')}"
                                                             for n in names)
-           + f" | held{parts} | moved first in {names[0]} |", "|---|" + "---|" * (len(names) + len(lesson.parts) + 3)]
+           + f" | verdict{parts} | moved first in {names[0]} |", "|---|" + "---|" * (len(names) + len(lesson.parts) + 3)]
     for i, s in enumerate(j.seeds):
         runs = [summaries.get(n, {}).get(s) for n in names]
         verdicts = [j.outcome[i], *[j.parts[p][i] if i < len(j.parts[p]) else (None, "no run") for p in lesson.parts]]
@@ -769,7 +769,7 @@ def verdict_lines(other):
                 parts.append(f"{what} in {sum(bool(h) for h, _ in a)} of {len(a)} seeds here, "
                              f"{sum(bool(h) for h, _ in b)} in the record")
                 differ |= {s[4:] for s, x, y in zip(ours_j.seeds, a, b) if x[0] != y[0]}
-            parts.append(f"held in {verdict_text(ours_j.outcome, ours_j.seeds)} here, "
+            parts.append(f"{verdict_text(ours_j.outcome, ours_j.seeds)} here, "
                          f"{verdict_text(theirs_j.outcome, theirs_j.seeds)} in the record")
             differ |= {s[4:] for s, x, y in zip(ours_j.seeds, ours_j.outcome, theirs_j.outcome) if x[0] != y[0]}
             out.append(f"{name}{f' ({rounding})' if rounding != 'plain' else ''}: {'; '.join(parts)}: "
@@ -879,8 +879,8 @@ def verdict_part(records, args, _):
                                                                for rd in roundings) + ")"
     mechanism, finds = lesson.words
     alone = "; ".join(f"{lessons.LABELS.get(p, p)} alone: {verdict_text(v)}" for p, v in j.parts.items())
-    line = (f"**{mechanism} in {counted(j.mechanism)} {unit}; {finds} in {verdict_text(j.outcome)}**{each}; the "
-            f"failure in {counted(j.failure)}{'. One change of the two: ' + alone if alone else ''}; on "
+    line = (f"**{mechanism} in {counted(j.mechanism)} {unit}; {finds}: {verdict_text(j.outcome)}**{each}. Its failure "
+            f"was there in {counted(j.failure)}{'. One change of the two: ' + alone if alone else ''}. On "
             f"{where_recorded(records, lesson.experiments)}.\n")
     if args[1:] != ["table"]:
         return line

@@ -1,6 +1,7 @@
-"""Reading run folders: a run's metrics.jsonl, an experiment's seed folders, one metric's series and its trailing
-means. plot.py draws runs through these, report.py summarises them through these, so both read a run by the same
-rules; this file imports neither matplotlib nor anything of training.
+"""Run folders, written and read: the lines train.py appends to a run's files (one flushed JSON line each), and a
+run's metrics.jsonl, an experiment's seed folders, one metric's series and its trailing means. plot.py draws runs
+through these, report.py summarises them through these, so both read a run by the same rules; this file imports
+neither matplotlib nor anything of training.
 
     python -c "import run_folders; print(run_folders.seed_folders('runs/exp/default'))"   # an experiment's seeds
 """
@@ -12,6 +13,44 @@ import sys
 
 import numpy as np
 
+
+# ---------------------------------------------------------------- written: train.py's lines
+
+def append_jsonl(path, obj):
+    with open(path, "a") as f:
+        f.write(json.dumps(obj) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def format_line(step, total, s, elapsed_per_step):
+    eta = elapsed_per_step * (total - step)
+    kl = f" | kl {s['kl']:.4f}" if "kl" in s else ""
+    return (f"step {step:4d}/{total} | loss {s['loss']:+.4f} | reward {s['reward']:.3f} "
+            f"(correct {s['reward_correct']:.2f}) | len {s['resp_len']:.1f} | adv {s['adv_mean']:+.2f}"
+            f"±{s['adv_std']:.2f} | ent {s['entropy']:.3f} | clip {s['clip_frac']:.3f}{kl} "
+            f"| {s['tokens_per_s']:,.0f} tok/s | ETA {eta / 60:.1f}m")
+
+
+def log_answers(path, step, ev, ev_sampled, n):
+    """The answers to the first n held-out problems at this evaluation, one line each: the
+    greedy one, and the sampled one with --eval-sampled (`python plot.py RUN --samples`)."""
+    for i, (p, text, right) in enumerate(ev["answers"][:n]):
+        line = {"step": step, "prompt": p.prompt, "answer": p.answer, "greedy": text, "greedy_correct": right}
+        if ev_sampled is not None:
+            line.update(sampled=ev_sampled["answers"][i][1], sampled_correct=ev_sampled["answers"][i][2])
+        append_jsonl(path, line)
+
+
+def log_samples(path, step, batch, G, n=4):
+    """The first completion of the first n groups, with every reward component."""
+    for i in range(0, min(len(batch.texts), n * G), G):
+        p = batch.problems[i]
+        append_jsonl(path, {"step": step, "prompt": p.prompt, "answer": p.answer, "completion": batch.texts[i],
+                            **{("reward" if k == "total" else k): float(v[i]) for k, v in batch.rewards.items()}})
+
+
+# ---------------------------------------------------------------- read
 
 def is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

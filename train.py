@@ -7,11 +7,7 @@
     torchrun --nproc-per-node 2 train.py         # 2 processes (ranks), one CPU core or GPU each
     python train.py --recipe book --kl 0 --mu 1 --steps 500 --level medium_search --eval-level medium \
         --init checkpoints/warmstart_search.pt --eval-sampled       # the book's 7_3 runs away (EXPERIMENTS.md, lesson 3)
-    python train.py --recipe book_qwen3 --model qwen3-0.6b-base --task math \
-        --data math_full_minus_math500.json --eval-data math500_test.json   # the book's model on a GPU (docs/book_model.md)
-    python train.py --model qwen3-0.6b-base --init qwen3-0.6B-rlvr-grpo-step00050.pth --task math \
-        --data math_full_minus_math500.json --eval-data math500_test.json --eval-fallback number --steps 0
-                                                  # evaluate a book checkpoint
+    python train.py --recipe book_qwen3 --model qwen3-0.6b-base --task math ...   # the book's model (docs/book_model.md)
 
 `main` reads in the order a run goes: its config (the flags, checked by cli.py before
 anything is written), the model, the loop, the evaluations and the saves. Each step samples
@@ -35,18 +31,16 @@ torchrun only rank 0 writes the run folder (distributed.py says how the ranks ag
 import collections
 import contextlib
 import copy
-import dataclasses
-import json
 import math
 import os
 import time
-import traceback
 
 import torch
 
 import cli
 import distributed
 import field_methods
+import run_folders
 import stats
 import tasks
 from evaluation import evaluate, pass_at_k, pass_metrics
@@ -55,7 +49,6 @@ from qwen3 import save_pretrained
 
 # an evaluation samples with a seed of its own, step_seed plus one of these primes, so that a
 # resumed run repeats it and it never draws the noise of a training step
-ROOT = os.path.dirname(os.path.abspath(__file__))
 EVAL_SAMPLED_SEED = 7919  # --eval-sampled: one answer a problem, as the rollouts draw them
 PASS_AT_K_SEED = 104729  # --eval-pass-k: K answers a problem, the same on every rank
 
@@ -63,7 +56,8 @@ PASS_AT_K_SEED = 104729  # --eval-pass-k: K answers a problem, the same on every
 def main(args):
     t_start = time.time()
     device = distributed.init(cli.resolve_device(args.device))  # torchrun: join the other ranks (distributed.py)
-    rank, n_ranks = distributed.rank(), distributed.world()  # this process's rank, of how many; one process: 0 of 1
+    rank = distributed.rank()  # this process's rank: 0 in one process
+    n_ranks = distributed.world()  # of how many: 1 in one process
     log = print if rank == 0 else (lambda *a, **k: None)  # one copy of every line, not N
     args, run_dir, start_step, state = cli.start_run(args)  # checked; with --resume, the run's saved flags
     cfg = cli.grpo_config(args)
@@ -74,20 +68,21 @@ def main(args):
         record = {"step": 0, "time": 0.0, "ln_vocab": math.log(policy.lm_head_weight.shape[0])}
         evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, 0, record, t_start, rank)
         if rank == 0:  # rank 0 alone writes the run folder
-            append_jsonl(metrics_path, record)
+            run_folders.append_jsonl(metrics_path, record)
     gen = torch.Generator(device=device)
     lagged = collections.deque()  # --rollout-lag: batches sampled and not yet trained on (no checkpoint keeps them)
-    control = entropy_control(state, cfg)  # --adaptive-entropy's coefficient, carried from step to step; else None
+    control = field_methods.entropy_control(state, cfg)  # --adaptive-entropy's coefficient, carried from step to step; else None
     saved_step = start_step if state is not None else None  # the step ckpt_latest.pt holds
     before = state.get("time", 0.0) if state is not None else 0.0  # a resumed run's seconds before its checkpoint
-    t0, step_times = time.time() - before, []  # metrics' time: the whole run's, across resumes
+    t0 = time.time() - before  # metrics' time: the whole run's, across resumes
+    step_times = []
     for step in range(start_step + 1, args.steps + 1):
         ts = time.time()
         batch, metrics, control = train_step(policy, learner, ref_policy, opt, enc, args, cfg, step, (rank, n_ranks),
                                              pool, gen, lagged, control, device, run_dir, saved_step)
         step_times.append(time.time() - ts)
         metrics.update(step=step, time=time.time() - t0, lr=args.lr, tokens_per_s=metrics["n_tokens"] / step_times[-1])
-        log(format_line(step, args.steps, metrics, sum(step_times) / len(step_times)), flush=True)
+        log(run_folders.format_line(step, args.steps, metrics, sum(step_times) / len(step_times)), flush=True)
         if step % args.eval_every == 0 or step == args.steps:  # every rank: each answers its share of the eval set
             evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, step, metrics, t_start, rank)
         if rank == 0:  # the statistics are global: rank 0 writes them, with its own samples
@@ -107,7 +102,9 @@ def build(args, cfg, device, state, log):
     torch.manual_seed(args.seed)
     policy, enc, init_ckpt = cli.load_policy(args, device)
     pool, evalset = cli.task_sets(args, enc, init_ckpt, log, getattr(policy.cfg, "max_seq_len", None))
-    ref_policy = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.kl > 0 else None
+    ref_policy = None  # pi_ref, a frozen copy of the warm start: only with a KL term
+    if cfg.kl > 0:
+        ref_policy = copy.deepcopy(policy).eval().requires_grad_(False)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     if state is not None:
         policy.load_state_dict(state["model"])
@@ -120,39 +117,22 @@ def train_step(policy, learner, ref_policy, opt, enc, args, cfg, step, ranks, po
     """Step `step`: its problems and sampling noise seeded by (seed, step, rank), grpo.grpo_step on this rank's share
     of the prompts, watched by stats.py (ranks: (rank, n_ranks); learner: the policy, under torchrun in DDP) -> (the
     batch it trained on, its metrics, the entropy controller's next state). A step that fails stops the run in one
-    line (step_failed)."""
+    line (cli.step_failed)."""
     rank, n_ranks = ranks
     gen.manual_seed(step_seed(args.seed, step, rank))
     torch.manual_seed(step_seed(args.seed, step, rank))  # the step's other draws (dropout, --top-entropy-random)
-    step_cfg = entropy_controlled(cfg, control)
+    step_cfg = field_methods.entropy_controlled(cfg, control)
     problems = problem_source(args.level, args.seed, step, rank, pool)
     try:
         with autocast(device):
             batch, metrics = stats.logged_step(policy, ref_policy, opt, enc, problems, args.prompts_per_step // n_ranks,
                                                step_cfg, gen, lagged, learner)
     except (FloatingPointError, RuntimeError, ValueError, TypeError, IndexError, KeyError) as e:
-        raise SystemExit(step_failed(e, args, run_dir, step, saved_step)) from None
+        raise SystemExit(cli.step_failed(e, args, run_dir, step, saved_step)) from None
     if control is not None:  # the coefficient this step applied, then the next one from its entropy
         metrics["entropy_coef"] = step_cfg.entropy_coef
         control = field_methods.entropy_control_step(control, metrics["entropy"], cfg)
     return batch, metrics, control
-
-
-def step_failed(error, args, run_dir, step, saved_step):
-    """The one line a failed step stops the run with: the step, the project's function it failed in (an edit of
-    grpo.py breaks there), the error, and for a non-finite loss the flags set away from their defaults, then what
-    the last checkpoint holds. The whole traceback goes to RUN_DIR/traceback.txt."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith(ROOT)
-              and "site-packages" not in f.filename]
-    where = f" in {os.path.relpath(frames[-1].filename, ROOT)}:{frames[-1].lineno} {frames[-1].name}" if frames else ""
-    line = f"step {step}{where}: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-    if isinstance(error, FloatingPointError):
-        line += f"; the flags set away from their defaults: {cli.flags_off_default(args) or 'none'}"
-    if os.path.isdir(run_dir):
-        with open(os.path.join(run_dir, "traceback.txt"), "w") as f:
-            f.write("".join(traceback.format_exception(error)))
-        line += f" (the traceback: {os.path.join(run_dir, 'traceback.txt')})"
-    return f"{line}; stopping. {cli.last_good(args, run_dir, step, saved_step)}"
 
 
 def write_step(args, cfg, policy, opt, init_ckpt, run_dir, metrics_path, samples_path, step, batch, metrics, control,
@@ -160,8 +140,8 @@ def write_step(args, cfg, policy, opt, init_ckpt, run_dir, metrics_path, samples
     """Rank 0's part of a step: its samples now and then, its metrics line, and every --save-every steps (and at the
     last) ckpt_latest.pt, for --resume -> the step ckpt_latest.pt now holds."""
     if step % args.samples_every == 0 or step == 1:
-        log_samples(samples_path, step, batch, cfg.group_size)
-    append_jsonl(metrics_path, metrics)
+        run_folders.log_samples(samples_path, step, batch, cfg.group_size)
+    run_folders.append_jsonl(metrics_path, metrics)
     if (step % args.save_every == 0 or step == args.steps) and not args.model:
         save_checkpoint(os.path.join(run_dir, "ckpt_latest.pt"), policy,
                         {**init_ckpt, "optimizer": opt.state_dict(), "step": step, "args": vars(args),
@@ -200,28 +180,12 @@ def evaluate_and_save(policy, enc, evalset, args, device, run_dir, init_ckpt, st
         return
     print(f"eval step {step}: accuracy {ev['accuracy']:.1%}{sampled} | think format {ev['format']:.1%} "
           f"| {time.time() - t_start:.0f}s since start", flush=True)
-    log_answers(os.path.join(run_dir, "answers.jsonl"), step, ev, ev_sampled, args.eval_answers)
+    run_folders.log_answers(os.path.join(run_dir, "answers.jsonl"), step, ev, ev_sampled, args.eval_answers)
     if args.model:  # a Hugging Face folder: loads back with --model
         save_pretrained(policy, os.path.join(run_dir, f"model_step{step}"), tokenizer_from=args.model)
     else:
         save_checkpoint(os.path.join(run_dir, f"ckpt_step{step}.pt"), policy, init_ckpt)
     cli.prune_saves(run_dir, args.keep_checkpoints)
-
-
-def entropy_control(state, cfg):
-    """--adaptive-entropy's state (field_methods.entropy_control_*): the checkpoint's, when a run resumes, else the
-    first; None without the flag, so that nothing of it runs."""
-    if not cfg.adaptive_entropy:
-        return None
-    return (state or {}).get("entropy_control") or field_methods.entropy_control_start(cfg)
-
-
-def entropy_controlled(cfg, control):
-    """The GRPOConfig of one step: cfg itself, or with --adaptive-entropy the entropy coefficient the controller
-    (field_methods.entropy_control_*) gives this step."""
-    if control is None:
-        return cfg
-    return dataclasses.replace(cfg, entropy_coef=field_methods.entropy_control_coef(control, cfg))
 
 
 def autocast(device):
@@ -243,40 +207,6 @@ def problem_source(level, seed, step, rank=0, pool=None):
     seed = step_seed(seed, step, rank)
     stream = tasks.problems(level, seed) if pool is None else tasks.draw(pool, seed)
     return lambda: next(stream)
-
-
-def append_jsonl(path, obj):
-    with open(path, "a") as f:
-        f.write(json.dumps(obj) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def format_line(step, total, s, elapsed_per_step):
-    eta = elapsed_per_step * (total - step)
-    kl = f" | kl {s['kl']:.4f}" if "kl" in s else ""
-    return (f"step {step:4d}/{total} | loss {s['loss']:+.4f} | reward {s['reward']:.3f} "
-            f"(correct {s['reward_correct']:.2f}) | len {s['resp_len']:.1f} | adv {s['adv_mean']:+.2f}"
-            f"±{s['adv_std']:.2f} | ent {s['entropy']:.3f} | clip {s['clip_frac']:.3f}{kl} "
-            f"| {s['tokens_per_s']:,.0f} tok/s | ETA {eta / 60:.1f}m")
-
-
-def log_answers(path, step, ev, ev_sampled, n):
-    """The answers to the first n held-out problems at this evaluation, one line each: the
-    greedy one, and the sampled one with --eval-sampled (`python plot.py RUN --samples`)."""
-    for i, (p, text, right) in enumerate(ev["answers"][:n]):
-        line = {"step": step, "prompt": p.prompt, "answer": p.answer, "greedy": text, "greedy_correct": right}
-        if ev_sampled is not None:
-            line.update(sampled=ev_sampled["answers"][i][1], sampled_correct=ev_sampled["answers"][i][2])
-        append_jsonl(path, line)
-
-
-def log_samples(path, step, batch, G, n=4):
-    """The first completion of the first n groups, with every reward component."""
-    for i in range(0, min(len(batch.texts), n * G), G):
-        p = batch.problems[i]
-        append_jsonl(path, {"step": step, "prompt": p.prompt, "answer": p.answer, "completion": batch.texts[i],
-                            **{("reward" if k == "total" else k): float(v[i]) for k, v in batch.rewards.items()}})
 
 
 if __name__ == "__main__":

@@ -113,45 +113,49 @@ def test_the_table_and_the_figures_find_seeds_by_one_rule(tmp_path, monkeypatch)
 
 
 def test_lessons_count_the_seeds_where_they_hold(tmp_path, monkeypatch):
+    """A made-up lesson on two seeds: judged where its broken run falls 40 points; held where the fix ends more than
+    10 points above it. Seed 0 falls 50 and the fix ends 50 above: held; seed 1 falls 30: no failure here."""
     for seed, end in [(0, 0.3), (1, 0.5)]:
         write_run(tmp_path / "onpolicy" / f"seed{seed}", [0.2, 0.8, end])
         write_run(tmp_path / "default" / f"seed{seed}", [0.2, 0.8, 0.8])
-    falls = lessons.LESSONS["instability"]._replace(experiments=["onpolicy", "default"], rule="a claim",
-                                                    check=lambda b, c: b["peak"] - b["final"] >= 0.4)
+    lesson = lessons.LESSONS["instability"]
+    falls = lesson._replace(experiments=["onpolicy", "default"], number=lessons.Number("final", "higher", 0.1, 1.0),
+                            record=lesson.record._replace(failure=lessons.at_least("drop", 0.4, "it falls 40 points")))
     monkeypatch.setattr(lessons, "LESSONS", {"falls": falls})
-    monkeypatch.setattr(lessons, "FIELD", {})  # no variant: each stands beside a lesson of the chapter's
+    monkeypatch.setattr(lessons, "FIXES", {})
+    monkeypatch.setattr(lessons, "FIELD", {})
     text = report.table(str(tmp_path))
-    assert "**falls** (a claim): held in 1 of 2 seeds" in text
-    assert "| 0 | 80.0% (10) -> 30.0% | 80.0% (10) -> 80.0% | yes |" in text  # seed, peak (step) -> final, held
-    assert "| 1 | 80.0% (10) -> 50.0% | 80.0% (10) -> 80.0% | no |" in text
+    assert "**falls** (judged where onpolicy: it falls 40 points; held where default: " in text
+    assert "): held in 1 of 1; no failure in 1" in text
+    assert "| 0 | greedy falls 50% | 80.0% (10) -> 30.0% | 80.0% (10) -> 80.0% | held |" in text
+    assert "| 1 | greedy falls 30% | 80.0% (10) -> 50.0% | 80.0% (10) -> 80.0% | no failure here |" in text
 
 
-def test_the_runaway_lesson_asks_for_the_signs_of_the_books_7_3_log():
-    """runs_away: the learner's entropy at half of ln V, and the sampled held-out accuracy 15
-    points below its peak and 15 below the fix's; remove any one and it does not hold. Greedy
-    accuracy and the cap are not asked (the book's own greedy fell 13.2 points)."""
-    broken = {"peak": 0.9, "final": 0.85, "entropy_peak": 3.0, "ln_vocab": math.log(287), "truncated_peak": 0.2,
-              "sampled_peak": 0.75, "sampled_final": 0.4}
-    fixed = {"peak": 0.9, "final": 0.85, "sampled_peak": 0.85, "sampled_final": 0.8}
-    assert lessons.runs_away(broken, fixed)
-    for change in ({"entropy_peak": 2.8}, {"sampled_final": 0.61}, {"sampled_peak": 0.54}, {"sampled_peak": None}):
-        assert not lessons.runs_away({**broken, **change}, fixed), change
-    assert not lessons.runs_away(broken, {**fixed, "sampled_final": 0.54})  # ends < 15 below the fix
+def test_the_runaway_lessons_failure_asks_for_the_signs_of_the_books_7_3_log():
+    """The runaway is there where the learner's entropy reaches half of ln V and the sampled held-out accuracy falls
+    15 points from its peak (the book's own greedy fell 13.2 points: greedy is not asked); remove either sign and
+    there is no failure to fix."""
+    failure = lessons.LESSONS["runaway"].record.failure
+    broken = {"entropy_peak_share": 0.6, "sampled_drop": 0.3}
+    assert failure.test(broken)
+    for change in ({"entropy_peak_share": 0.49}, {"sampled_drop": 0.14}):
+        assert not failure.test({**broken, **change}), change
 
 
-def test_the_format_lesson_asks_that_the_ungated_reward_hides_what_the_gated_one_shows():
-    """Both runs' sampled accuracy falls 15 points; ungated, the format reward ends above 0.9 and the
-    reward's lowest 50-step mean after its peak keeps half of it; gated, it loses more than half."""
-    ungated = {"sampled_peak": 0.8, "sampled_final": 0.3, "reward_format_end": 0.97, "reward_peak50": 1.4,
-               "reward_low_after_peak": 1.1}
-    gated = {"sampled_peak": 0.8, "sampled_final": 0.4, "reward_format_end": 0.5, "reward_peak50": 1.0,
-             "reward_low_after_peak": 0.3}
-    assert lessons.reward_hides_the_collapse(ungated, gated)
-    for run, change in ((ungated, {"sampled_final": 0.7}), (gated, {"sampled_final": 0.7}),
-                        (ungated, {"reward_format_end": 0.9}), (ungated, {"reward_low_after_peak": 0.69}),
-                        (gated, {"reward_low_after_peak": 0.5})):
-        u, g = ({**ungated, **change}, gated) if run is ungated else (ungated, {**gated, **change})
-        assert not lessons.reward_hides_the_collapse(u, g), change
+def test_the_format_lessons_failure_is_a_reward_that_hides_the_fall():
+    """Ungated, the sampled accuracy falls 15 points while the reward's lowest 50-step mean after its peak keeps half
+    of it: the reward hides the fall. The gated run is then held where its reward keeps less than the ungated's by
+    more than the margin: the reward shows the fall."""
+    lesson = lessons.LESSONS["format_exploit"]
+    ungated = {"sampled_drop": 0.3, "reward_kept": 0.8}
+    assert lesson.record.failure.test(ungated)
+    for change in ({"sampled_drop": 0.14}, {"reward_kept": 0.49}):
+        assert not lesson.record.failure.test({**ungated, **change}), change
+    gated = {"reward_kept": 0.8 - lesson.number.margin - 0.01}
+    runs = {"book_runaway_format": ungated, "book_runaway_format_gated": gated}
+    assert lessons.verdict(lesson, runs) == lessons.HELD
+    runs["book_runaway_format_gated"] = {"reward_kept": 0.8 - lesson.number.margin}
+    assert lessons.verdict(lesson, runs) == lessons.NOT_HELD
 
 
 def test_run_summary_reads_the_runaway_numbers(tmp_path):
@@ -206,11 +210,11 @@ def test_a_lesson_name_runs_its_experiments(monkeypatch, tmp_path):
                                                 "--jobs", "2", "--figures", str(tmp_path / "fig")])
     args.extra = []
     experiments.main(args)
-    lesson = lessons.LESSONS["naive_kl"]  # its broken run and its fix, then its rivals (book_nokl), each once
-    want = list(dict.fromkeys([*lesson.experiments, *lesson.record.rivals]))
+    lesson = lessons.LESSONS["naive_kl"]  # its broken run and its fix, its one-change runs, its rivals, each once
+    want = [*lesson.experiments, *lesson.parts, *lesson.record.rivals]
     assert "book_nokl" in want and [(r.name, r.seed) for r in ran] == [(n, s) for n in want for s in (0, 1)]
     assert experiments.experiment_names(["fixes"]) == list(dict.fromkeys(
-        n for fix in lessons.FIXES.values() for n in (fix.without, fix.with_, *fix.record.rivals)))
+        n for fix in lessons.FIXES.values() for n in (*fix.experiments, *fix.record.rivals)))
 
 
 def test_an_unknown_name_is_a_usage_error_in_one_line():
@@ -219,7 +223,7 @@ def test_an_unknown_name_is_a_usage_error_in_one_line():
                          timeout=60)
     assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
     assert out.stderr.startswith("experiments.py: error: unknown experiment 'nosuch'; choose from all, lessons, fixes, "
-                                 "field, table, check, instability, naive_kl")
+                                 "field, withouts, table, check, instability, instability_ppo, naive_kl")
     assert len(out.stderr.splitlines()) == 1
 
 
@@ -270,38 +274,44 @@ def test_each_judged_pair_differs_in_its_own_switches_and_nothing_else(name):
     assert all(len(c) == 1 and c < SWITCHES[name] for c in changed) and len(set(map(frozenset, changed))) == len(changed)
 
 
-def test_the_field_group_runs_each_variant_and_the_runs_without_them():
+def test_the_field_group_runs_each_variant_the_runs_it_is_judged_against_and_its_rivals():
     names = experiments.experiment_names(["field"])
+    assert set(names) == {n for v in lessons.FIELD.values() for n in (*v.experiments, *v.record.rivals)} | {"many"}
     judged = dict(lessons.judged())
-    assert set(names) == {variant.run for variant in lessons.FIELD.values()} | \
-        {variant.without for variant in lessons.FIELD.values()} | \
-        {rival for variant in lessons.FIELD.values() for rival in variant.record.rivals}
-    assert not set(names) & set(experiments.experiment_names(["lessons"])) - {"book_noclip", "book_ppo_clip"}
-    assert judged["field_sapo"].experiments == ["book_noclip", "book_sapo"]
+    assert judged["field_sapo"].experiments == ["book_token_noclip", "book_sapo"]  # the token's ratio, no clip
+    assert judged["field_luspo"].experiments == ["dropout_gspo", "dropout_luspo"]  # LUSPO against GSPO
+    assert judged["field_rloo"].experiments == ["g4_nobaseline", "g4_rloo"]  # RLOO against no baseline
 
 
-def test_every_fix_has_a_gate_that_run_summary_computes():
-    """Each fix's gates (lessons.Fix.gates) are numbers of run_summary's, so the table's gate column can be filled."""
-    assert all(fix.gates for fix in lessons.FIXES.values())
+def test_the_withouts_group_runs_every_run_a_margin_is_set_from():
+    names = experiments.experiment_names(["withouts"])
+    want = {j.experiments[0] for _, j in lessons.judged()} | {"many"}  # many: the 80/20 rule's failure is against it
+    assert set(names) == want and not {j.experiments[1] for _, j in lessons.judged()} - want & set(names)
+
+
+def test_every_failure_reads_numbers_run_summary_computes():
+    """Each record's failure is a number of run_summary's, so the tables' failure column can be filled."""
     rows = [{"step": 0, "eval_acc": 0.1}] + [{"step": t, "time": t, "zero_std_frac": 0.25, "logratio_std_token": 0.3}
                                              for t in range(1, 21)]
     summary = report.run_summary(rows)
-    assert all(key in summary for fix in lessons.FIXES.values() for key, _ in fix.gates)
+    assert all(judged.record.failure.key in summary for _, judged in lessons.judged())
     assert summary["mean_zero_std_frac"] == pytest.approx(0.25) and summary["early_logratio_std_token"] == pytest.approx(0.3)
 
 
-def test_the_fixes_table_gives_each_seed_and_counts_the_number_moving_its_way_and_the_mechanism_acting():
-    """dynamic_sampling by hand: its number (greedy accuracy, mean of the evaluations) 50% -> 62% and 60% -> 58%
-    (margin 10 points: held in seed 0 alone); its mechanism, groups with signal above 1.1 times the run without's,
-    in seed 0 (2 -> 3.5) and not seed 1 (3 -> 2.5)."""
-    s = lambda groups, acc: {"mean_signal_groups": groups, "eval_mean": acc}  # noqa: E731
-    summaries = {"ds4": {"seed0": s(2.0, 0.5), "seed1": s(3.0, 0.6)},
-                 "ds4_dynamic": {"seed0": s(3.5, 0.62), "seed1": s(2.5, 0.58)}}
+def test_the_fixes_table_gives_each_seed_its_failure_mechanism_and_verdict():
+    """dynamic_sampling by hand: its failure, groups with no signal, 30% and 5% (present where a tenth or more: seed 0
+    alone); its mechanism, groups with signal above 1.1 times the run without's, in seed 0 (2 -> 3.5) and not seed 1
+    (3 -> 2.5); its number 50% -> 62% and 60% -> 58%: held in seed 0, whose gain passes the margin."""
+    fix = lessons.FIXES["dynamic_sampling"]
+    s = lambda zero, groups, acc: {"mean_zero_std_frac": zero, "mean_signal_groups": groups, "eval_mean": acc}  # noqa
+    summaries = {"ds4": {"seed0": s(0.3, 2.0, 0.5), "seed1": s(0.05, 3.0, 0.6)},
+                 "ds4_dynamic": {"seed0": s(0.3, 3.5, 0.5 + fix.number.margin + 0.01), "seed1": s(0.05, 2.5, 0.58)}}
     row = [line for line in report.fixes_table(summaries).splitlines() if line.startswith("| dynamic_sampling")]
     cells = row[0].split(" | ")
-    assert len(row) == 1 and cells[3] == "groups with signal a step: 2-3 -> 2.5-3.5 (above 1.1 times the run without's)"
-    assert cells[4] == "1 of 2" and cells[6] == "50% -> 62%, 60% -> 58%" and cells[7] == "1 of 2"
-    assert cells[2] == "groups with no signal: -, -"  # the gate's column: these summaries lack its number
+    assert len(row) == 1 and cells[3].startswith("groups with no signal: 5-30% (")
+    assert cells[4] == "1 of 2" and cells[5] == ("groups with signal a step: 2-3 -> 2.5-3.5 (above 1.1 times the run "
+                                                 "without's)")
+    assert cells[6] == "1 of 2" and cells[9] == "held in 1 of 1; no failure in 1"
     assert report.fixes_table({"ds4": summaries["ds4"]}) == ""  # no row without both runs
 
 

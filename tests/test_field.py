@@ -507,7 +507,7 @@ def test_with_every_field_flag_off_no_field_method_runs_and_nothing_new_is_logge
     assert out.dropped == {}
     grpo.group_advantages(torch.tensor(REWARDS), 4)
     import train
-    assert train.entropy_controlled(cfg, None) is cfg
+    assert field_methods.entropy_controlled(cfg, None) is cfg
 
 
 @pytest.mark.parametrize("kw", [dict(objective="sapo"), dict(objective="gmpo"), dict(objective="dppo_tv"),

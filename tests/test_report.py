@@ -41,8 +41,7 @@ def test_the_recorded_runs_are_unedited_commits_on_one_machine_under_its_roundin
     assert all(len(r["commit"]) == 12 and "+changes" not in r["commit"] for r in records)
     assert len({r["machine"] for r in records}) == 1
     numbered = {n for lesson in lessons.NUMBERED for n in lessons.LESSONS[lesson].experiments}
-    assert {r["experiment"] for r in records if r["rounding"] != "plain"} <= \
-        numbered | set(lessons.LESSONS["naive_kl_reuse"].experiments)
+    assert {r["experiment"] for r in records if r["rounding"] != "plain"} <= numbered
 
 
 def logged_names(root=ROOT):
@@ -224,8 +223,9 @@ def test_check_compares_numbers_on_the_records_machine_and_verdicts_under_anothe
                         "2 CPUs (AMD EPYC), AVX512 (avx2). A float summed in another order changes every number from the "
                         "first steps, so they are compared by their lessons', fixes' and variants' verdicts, not number "
                         "by number:")
-    assert lines[2] == ("instability (avx2): mechanism acted in 0 of 1 seeds here, 0 in the record; held in 0 of 1 seeds "
-                        "here, 1 in the record: DIFFERS (seed 0)")
+    assert lines[2] == ("instability (avx2): failure present in 0 of 1 seeds here, 1 in the record; mechanism acted in 0 "
+                        "of 1 seeds here, 0 in the record; no failure in 1 of 1 here, held in 1 of 1 in the record: "
+                        "DIFFERS (seed 0)")
     shutil.rmtree(tmp_path / "exp-avx2")  # the same runs on another machine, at plain
     for name, evals in ((broken, [0.3, 0.7, 0.35]), (fixed, [0.3, 0.7, 0.72])):
         shutil.rmtree(tmp_path / "exp" / name, ignore_errors=True)
@@ -233,8 +233,8 @@ def test_check_compares_numbers_on_the_records_machine_and_verdicts_under_anothe
     lines, _ = report.check_runs(records, str(tmp_path / "exp"))
     assert lines[0] == f"{broken} seed 0: ran with grpo.py edited, not commit abc's code"
     assert "these 2 ran on arm64, 8 CPUs, NEON (plain)" in lines[2]
-    assert lines[-1] == ("instability: mechanism acted in 0 of 1 seeds here, 0 in the record; held in 1 of 1 seeds here, "
-                         "1 in the record: agrees")
+    assert lines[-1] == ("instability: failure present in 1 of 1 seeds here, 1 in the record; mechanism acted in 0 of 1 "
+                         "seeds here, 0 in the record; held in 1 of 1 here, held in 1 of 1 in the record: agrees")
     shutil.rmtree(tmp_path / "exp" / fixed)  # the broken run alone: no pair to judge, and check says so to the end
     lines, _ = report.check_runs(records, str(tmp_path / "exp"))
     assert lines[-1].endswith("not number by number. They make up no lesson's, fix's or variant's pair, so there is no "
@@ -257,22 +257,26 @@ def test_the_drops_part_gives_each_experiments_fall_over_its_seeds():
 def test_a_lesson_part_shows_one_roundings_seeds():
     broken, fixed = lessons.LESSONS["instability"].experiments
     rec = lambda name, final, rounding: {"experiment": name, "seed": 0, "rounding": rounding,  # noqa: E731
-                                         "summary": {"peak": 0.7, "peak_step": 50, "final": final, "moves": {}}}
-    records = [rec(broken, 0.3, "plain"), rec(fixed, 0.7, "plain"), rec(broken, 0.65, "avx2"), rec(fixed, 0.7, "avx2")]
-    plain, avx2 = (report.lesson_part(records, ["instability", *r], "") for r in ([], ["avx2"]))
-    assert "| 0 | 70.0% (50) -> 30.0% | 70.0% (50) -> 70.0% | yes |" in plain
-    assert "| 0 | 70.0% (50) -> 65.0% | 70.0% (50) -> 70.0% | no |" in avx2
+                                         "summary": {"peak": 0.7, "peak_step": 50, "final": final, "drop": 0.7 - final,
+                                                     "moves": {}}}
+    records = [rec(broken, 0.3, "plain"), rec(fixed, 0.7, "plain"), rec(broken, 0.65, "avx2"), rec(fixed, 0.7, "avx2"),
+               rec(broken, 0.5, "threads2"), rec(fixed, 0.6, "threads2")]
+    plain, avx2, threads = (report.lesson_part(records, ["instability", *r], "") for r in ([], ["avx2"], ["threads2"]))
+    assert "| 0 | greedy falls 40% | 70.0% (50) -> 30.0% | 70.0% (50) -> 70.0% | held |" in plain
+    assert "| 0 | greedy falls 5% | 70.0% (50) -> 65.0% | 70.0% (50) -> 70.0% | no failure here |" in avx2
+    assert "| 0 | greedy falls 20% | 70.0% (50) -> 50.0% | 70.0% (50) -> 60.0% | not held |" in threads  # 10 points
 
 
 def test_the_times_part_adds_each_suites_recorded_minutes_and_halves_them_for_two_jobs():
-    """A suite's row by hand: lesson 1's 15 runs of seeds 0-4 (no clip, PPO's clip, and its rival, the book's clip)
-    at 1.2 min add to 18, about 9 at --jobs 2; a run under another rounding, a seed the command does not run, and
-    a run without its minutes are not counted. Lesson 2 runs its pair and its two rivals: 20 runs."""
+    """A suite's row by hand: lesson 1's first step's 15 runs of seeds 0-4 (no clip, the book's clip, and its rival,
+    PPO's clip) at 1.2 min add to 18, about 9 at --jobs 2; a run under another rounding, a seed the command does not
+    run, and a run without its minutes are not counted. Lesson 2 runs its pair, its two one-change runs and its two
+    rivals: 30 runs."""
     rec = lambda name, seed, minutes, rounding="plain": {  # noqa: E731
         "experiment": name, "seed": seed, "rounding": rounding, "summary": {"minutes": minutes}}
-    records = [rec(n, s, 1.2) for n in ("book_noclip", "book_ppo_clip", "book_clip10") for s in range(5)]
+    records = [rec(n, s, 1.2) for n in ("book_noclip", "book_clip10", "book_ppo_clip") for s in range(5)]
     records += [rec("book_noclip", 0, 9.0, "avx2"), rec("book_noclip", 7, 9.0), rec("book_kl", 0, None),
                 rec("book_kl", 1, 0.9)]
     rows = {line.split(" | ")[0]: line for line in report.times_part(records, [], "").splitlines()[2:]}
     assert rows["| `python experiments.py instability --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 15 of 15 | 18 | 9 min |")
-    assert rows["| `python experiments.py naive_kl --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 1 of 20 | 1 | 0 min |")
+    assert rows["| `python experiments.py naive_kl --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 1 of 30 | 1 | 0 min |")

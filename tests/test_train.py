@@ -170,12 +170,12 @@ def test_nan_guard_stops_with_the_step_and_keeps_the_checkpoint(warm, tmp_path, 
     real, calls = grpo.token_logprobs, []
 
     def poisoned(*a, **k):
-        calls.append(1)
+        calls.append(torch.is_grad_enabled())  # the learner's forward, with gradient: one a step at --mu 1
         logp, ent = real(*a, **k)
-        return (logp * float("nan"), ent) if len(calls) == 3 else (logp, ent)
+        return (logp * float("nan"), ent) if sum(calls) == 3 and calls[-1] else (logp, ent)
     monkeypatch.setattr(grpo, "token_logprobs", poisoned)
-    with pytest.raises(SystemExit, match="step 3: non-finite loss"):
-        train.main(args_for(warm, tmp_path, "--steps", "5", "--save-every", "2", "--mu", "1"))  # one pass a step
+    with pytest.raises(SystemExit, match="step 3: FloatingPointError: non-finite loss"):
+        train.main(args_for(warm, tmp_path, "--steps", "5", "--save-every", "2", "--mu", "1"))
     state = torch.load(tmp_path / "r" / "ckpt_latest.pt", weights_only=True)
     assert state["step"] == 2
     assert [r["step"] for r in read_metrics(str(tmp_path / "r"))] == [0, 1, 2]
@@ -200,27 +200,50 @@ def test_nan_guard_stops_a_finite_loss_with_a_non_finite_gradient(warm, tmp_path
     """At step 3 the loss is finite but its gradient NaN: the step stops before the
     optimizer, naming the step, and the run's checkpoint and metrics stop at step 2."""
     nan_gradient_in_pass(monkeypatch, 3)  # one update a step at mu 1, K 1
-    with pytest.raises(SystemExit, match=r"step 3: non-finite loss \(-?\d.*\) or gradient norm \(nan\)"):
+    with pytest.raises(SystemExit, match=r"step 3: FloatingPointError: non-finite loss \(-?\d.*\) or gradient norm \(nan\)"):
         train.main(args_for(warm, tmp_path, "--steps", "5", "--save-every", "2", "--mu", "1", "--minibatches", "1"))
     assert torch.load(tmp_path / "r" / "ckpt_latest.pt", weights_only=True)["step"] == 2
     assert [r["step"] for r in read_metrics(str(tmp_path / "r"))] == [0, 1, 2]
 
 
 def test_nan_guard_says_how_far_the_step_got_and_which_step_the_checkpoint_holds(warm, tmp_path, monkeypatch):
-    """At the second of step 4's two updates the gradient turns NaN: the first update of the
-    step was applied, and ckpt_latest.pt (every 2 steps) holds step 2, not step 3."""
+    """At the second of step 4's two updates the gradient turns NaN: the run stops in one line that names the step,
+    the flags a learner set (a value that makes the loss non-finite is among them), and that ckpt_latest.pt (every
+    2 steps) holds step 2, not step 3."""
     calls = nan_gradient_in_pass(monkeypatch, 8)  # two updates a step at mu 2, K 1
     with pytest.raises(SystemExit) as e:
         train.main(args_for(warm, tmp_path, "--steps", "5", "--save-every", "2", "--mu", "2", "--minibatches", "1"))
     latest = os.path.join(str(tmp_path / "r"), "ckpt_latest.pt")
-    assert str(e.value).startswith("step 4: non-finite loss")
-    assert "in update 2 of 2 of this step, after 1 applied update;" in str(e.value)
+    assert str(e.value).startswith("step 4: FloatingPointError: non-finite loss")
+    assert "; the flags set away from their defaults: --level easy, --prompts-per-step 4" in str(e.value)
     assert f"{latest} holds step 2 (written every --save-every 2 steps)" in str(e.value)
     assert torch.load(latest, weights_only=True)["step"] == 2
     assert [r["step"] for r in read_metrics(str(tmp_path / "r"))] == [0, 1, 2, 3]
     calls.clear()  # and before the first save: no checkpoint to name
-    with pytest.raises(SystemExit, match=r"in update 2 of 2 .*No .*ckpt_latest.pt yet: the first is written at step 5"):
+    with pytest.raises(SystemExit, match=r"step 4: .*No .*ckpt_latest.pt yet: the first is written at step 5"):
         train.main(args_for(warm, tmp_path / "b", "--steps", "5", "--save-every", "5", "--mu", "2"))
+
+
+def test_an_edit_that_breaks_the_step_stops_at_that_step_in_one_line_naming_the_function(warm, tmp_path, monkeypatch):
+    """A learner's edit of grpo.py that breaks the step at step 3 (here the advantages come back one short: a shape
+    error): the run stops at that step in one line that names the error, the function and the file it failed in, and
+    where the whole traceback went; what was saved stays, and --resume continues once the edit is undone."""
+    real, calls = grpo.advantages, []
+
+    def broken(batch, cfg):
+        calls.append(1)
+        adv = real(batch, cfg)
+        return adv[:-1] if len(calls) == 3 else adv
+    monkeypatch.setattr(grpo, "advantages", broken)
+    with pytest.raises(SystemExit) as e:
+        train.main(args_for(warm, tmp_path, "--steps", "4", "--save-every", "2", "--mu", "1"))
+    line = str(e.value)
+    assert line.startswith("step 3: ") and "\n" not in line and "(in grpo_step, grpo.py:" in line
+    assert f"(the traceback: {tmp_path / 'r' / 'traceback.txt'})" in line and "holds step 2" in line
+    assert "Traceback" in (tmp_path / "r" / "traceback.txt").read_text()
+    monkeypatch.setattr(grpo, "advantages", real)
+    train.main(cli.get_parser().parse_args(["--resume", str(tmp_path / "r"), "--threads", "1"]))
+    assert [r["step"] for r in read_metrics(str(tmp_path / "r"))] == [0, 1, 2, 3, 4]
 
 
 def test_the_reference_stays_the_warm_start_across_a_run_and_its_resume(warm, tmp_path, monkeypatch):

@@ -1262,7 +1262,7 @@ def test_adaptive_entropy_applies_the_coefficient_the_last_steps_entropy_set(war
                      entropy_coef_max=0.06, entropy_target=target)
     opt, control, applied = torch.optim.Adam(model.parameters(), lr=1e-3), field_methods.entropy_control_start(cfg), []
     for seed in (1, 2, 3):
-        step_cfg = train.entropy_controlled(cfg, control)
+        step_cfg = field_methods.entropy_controlled(cfg, control)
         step = run(model, enc, step_cfg, seed=seed, opt=opt)
         applied.append(step_cfg.entropy_coef)
         u, W = step.updates[0], token_weights(completion(step.batch))
