@@ -693,8 +693,11 @@ def beside_figures(runs_dir, out_dir, names, label, seeds, steps=None, rounding=
     """Each experiment's labelled runs (RUNS_DIR/NAME+LABEL, edited code or --label) beside the unmodified code's
     runs of its base (base_of: itself, or the committed experiment a new one is built on) at the same steps and
     seeds, made from a clean copy of the commit where they are missing, into out_dir/exp_NAME+LABEL@EDIT.png:
-    the edit's fingerprint in its name and title, so that two edits never share one -> the paths drawn."""
+    the edit's fingerprint in its name and title, so that two edits never share one -> the paths drawn. Where the
+    learner's runs log numbers the commit's do not (a new reward term's), the base also runs on the learner's code,
+    its new flag off, so that the new number's panel has the run without it beside (new_numbers)."""
     drawn = []
+    commit = str(provenance.code_commit()).split("+")[0]
     for name in names:
         mine = run_folders.seed_folders(os.path.join(provenance.rounding_dir(runs_dir, rounding),
                                                      folder_name(name, steps, label)))
@@ -707,16 +710,44 @@ def beside_figures(runs_dir, out_dir, names, label, seeds, steps=None, rounding=
             base_runs, missing = unmodified_runs(runs_dir, base, seeds, steps, rounding)
         code = (read_config(mine[0]) or {}).get("code") or {}
         fingerprint = provenance.edit_fingerprint(code)
-        ours = f"{name}, {provenance.edit_label(code.get('edited') or [], fingerprint) or label}"
-        metrics = next((m for members, m in COMPARISONS.values() if base in members), "eval_acc,reward,entropy,resp_len")
+        edit = provenance.edit_label(code.get("edited") or [], fingerprint) or label
+        new = new_numbers(mine, base_runs)
+        groups = [(base_runs, f"{base} (commit {commit}, unmodified)")]  # (seed folders, how the legend names them)
+        if new and name != base:  # the base on the learner's code: the new number, its flag off
+            own = plan([base], seeds, runs_dir, steps, extra, roundings=[rounding], label=label)
+            run_suite(own, jobs)
+            groups.append(([run.folder for run in own], f"{base} (your code, the new flag off)"))
+        groups.append((mine, f"{name} (your code)"))
+        metrics = panels_for(name, base, new)
         os.makedirs(out_dir, exist_ok=True)
         drawn.append(os.path.join(out_dir, f"exp_{folder_name(name, steps, label)}{'@' + fingerprint if fingerprint else ''}.png"))
-        note = (f"{base}: {seeds_text(base_runs)} of commit {str(provenance.code_commit()).split('+')[0]}, unmodified; "
-                f"{ours}: {seeds_text(mine)}")
-        subprocess.run([sys.executable, "plot.py", *base_runs, *mine, "--metrics", metrics, "--out", drawn[-1],
-                        "--note", note, *(a for x in [base] * bool(base_runs) + [ours] for a in ("--label", x))],
+        note = "; ".join(f"{what}: {seeds_text(folders)}" for folders, what in groups if folders) + f". Your code: {edit}"
+        subprocess.run([sys.executable, "plot.py", *(f for folders, _ in groups for f in folders), "--metrics", metrics,
+                        "--out", drawn[-1], "--note", note,
+                        *(a for folders, what in groups if folders for a in ("--label", what))],
                        check=True, stdout=subprocess.DEVNULL)
     return drawn
+
+
+def new_numbers(mine, base_runs):
+    """The numbers a learner's runs log each step that the commit's runs of the base never log (a new reward term's
+    reward_<term>), in the order they are logged."""
+    if not mine or not base_runs:
+        return []
+    theirs = {k for row in read_quietly(os.path.join(base_runs[0], "metrics.jsonl")) for k in row}
+    ours = [k for row in read_quietly(os.path.join(mine[0], "metrics.jsonl")) for k in row]
+    return [k for k in dict.fromkeys(ours) if k not in theirs and not k.startswith("eval_")]
+
+
+def panels_for(name, base, new):
+    """The panels a learner's experiment is drawn with: its own comparison's (COMPARISONS, an entry that names it),
+    else accuracy and reward beside the numbers its code logs anew, else the base's comparison's."""
+    own = next((m for members, m in COMPARISONS.values() if name in members and name != base), None)
+    if own:
+        return own
+    if new:
+        return ",".join(["eval_acc", "reward", *new[:2]])
+    return next((m for members, m in COMPARISONS.values() if base in members), "eval_acc,reward,entropy,resp_len")
 
 
 def seeds_text(folders):

@@ -5,8 +5,9 @@ Reads only `runs/<name>/metrics.jsonl` (one JSON object per step, as written by
 train.py) and imports nothing from the training code, so it works on a run that is
 still being written, or on runs copied from another machine.
 
-    python plot.py runs/A                   # plot_basic.png, plot_advanced.png,
-                                            # plot_clip.png, plot_kl.png in runs/A/
+    python plot.py runs/A                   # plot_basic.png, plot_advanced.png, plot_clip.png, and
+                                            # plot_kl.png, plot_sampler.png, plot_runaway.png where their
+                                            # data is, in runs/A/
     python plot.py runs/A runs/B            # overlay runs, legend = folder name
     python plot.py runs/A --panels basic --out figs/basic.png
     python plot.py runs/A runs/B --metrics reward,entropy,eval_acc --out cmp.png
@@ -146,11 +147,14 @@ TITLES = {
     "format_paid_wrong": "format bonus paid to a wrong answer", "off_policy_masked_frac": "answers the mask drops",
     "reward_overlong": "overlong penalty an answer",
 }
-# A metric whose every value lies below its floor here is float rounding, not a signal: its panel
-# is drawn from 0 to the floor and says so (sampler_gap: the KV-cache sampler and the learner's
-# forward are the same policy computed twice, ~1e-7 nats apart, when nothing else separates them)
-NO_GAP = (1e-5, "all below 1e-5: float rounding,\nthe sampler is the learner (no gap)")
-NOISE_FLOOR = {"sampler_gap": NO_GAP, "sampler_kl_k1": NO_GAP, "tis_chi2": NO_GAP}
+# A metric whose every value lies within a float rounding of where it sits when the sampler is the learner shows no
+# signal: its panel says so in words instead of drawing the rounding on a 1e-12 axis (sampler_gap: the KV-cache
+# sampler and the learner's forward are the same policy computed twice, ~1e-7 nats apart, when nothing else
+# separates them). key -> (its value then, the rounding allowed, what the panel says)
+NO_GAP = (0.0, 1e-5, "all within 1e-5 of 0: float rounding,\nthe sampler is the learner (no gap)")
+ALL_ONE = (1.0, 1e-5, "all within 1e-5 of 1: float rounding,\nthe sampler is the learner (no gap)")
+NOISE_FLOOR = {"sampler_gap": NO_GAP, "sampler_gap_max": NO_GAP, "sampler_kl_k1": NO_GAP, "sampler_kl_k3": NO_GAP,
+               "tis_chi2": NO_GAP, "tis_ess": ALL_ONE, "sampler_logp_corr": ALL_ONE}
 FIGSIZE = {1: (6, 3.6), 2: (10, 3.6), 4: (9, 6.5)}  # inches, by number of subplots
 # characters per inch of figure width, with a margin: the 12-point title wraps at it, and the
 # 9-point legend takes as many columns as its longest label (plus its line) leaves room for
@@ -343,10 +347,15 @@ def draw_subplot(ax, runs, title, kind, keys, frac):
     ax.set_title(title, fontsize=11)
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
-    floors = [NOISE_FLOOR[k] for k in keys if k in NOISE_FLOOR]
-    if drawn and floors and all(abs(v) < floors[0][0] for _, recs in runs for k in keys for v in series(recs, k)[1]):
-        ax.set_ylim(0, floors[0][0])
-        ax.text(0.5, 0.5, floors[0][1], transform=ax.transAxes, ha="center", va="center", color="grey", fontsize=10)
+    if drawn and keys and all(k in NOISE_FLOOR for k in keys):
+        value, rounding, words = NOISE_FLOOR[keys[0]]
+        if all(abs(v - NOISE_FLOOR[k][0]) < NOISE_FLOOR[k][1] for _, recs in runs for k in keys
+               for v in series(recs, k)[1]):
+            ax.cla()  # the rounding is not drawn: the panel says what it is
+            ax.set_title(title, fontsize=11)
+            ax.set_xlabel("step")
+            ax.set_ylim(value - rounding, value + rounding)
+            ax.text(0.5, 0.5, words, transform=ax.transAxes, ha="center", va="center", color="grey", fontsize=10)
     if not drawn:
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center",
                 color="grey", fontsize=12)
@@ -503,7 +512,7 @@ def main(args):
             print(f"plot.py: error: {len(args.label)} --label for {len(runs)} runs", file=sys.stderr)
             sys.exit(2)
         runs = [(label, recs) for label, (_, recs) in zip(args.label, runs)]
-    title = ", ".join(name for name, _ in runs) + (f"\n{args.note}" if args.note else "")
+    title = "; ".join(name for name, _ in runs) + (f"\n{args.note}" if args.note else "")
     if args.metrics:
         names = split_list(args.metrics)
         groups = {"metrics": metric_subplots(names)}

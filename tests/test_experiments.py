@@ -576,7 +576,7 @@ def add_a_flag(project):
                                     + anchor, 1)
     (project / "config.py").write_text(config)
     grpo = (project / "grpo.py").read_text()
-    old = "    return adv.clamp(-cfg.adv_clip, cfg.adv_clip) if cfg.adv_clip > 0 else adv"
+    old = "    if cfg.adv_clip > 0:\n        adv = adv.clamp(-cfg.adv_clip, cfg.adv_clip)\n"
     assert grpo.count(old) == 1
     (project / "grpo.py").write_text(grpo.replace(old, "    adv = adv * cfg.adv_scale\n" + old))
     text = (project / "lessons.py").read_text()
@@ -665,8 +665,39 @@ def test_edited_runs_are_drawn_beside_the_unmodified_code_and_the_figure_says_wh
     labels = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--label"]
     runs, note = cmd[2:cmd.index("--metrics")], cmd[cmd.index("--note") + 1]
     assert runs == [str(exp / "default" / "seed0"), str(exp / "default+grpo.py" / "seed0")]
-    assert labels == ["default", f"default, grpo.py edited (edit {fingerprint})"]
-    assert note == f"default: seed 0 of commit abc123, unmodified; default, grpo.py edited (edit {fingerprint}): seed 0"
+    assert labels == ["default (commit abc123, unmodified)", "default (your code)"]
+    assert note == (f"default (commit abc123, unmodified): seed 0; default (your code): seed 0. Your code: grpo.py edited "
+                    f"(edit {fingerprint})")
+    assert cmd[cmd.index("--metrics") + 1] == experiments.COMPARISONS["clip"][1]  # the base's own comparison's panels
+
+
+def test_a_new_reward_terms_runs_are_drawn_with_its_panel_beside_the_base_on_the_learners_code(tmp_path, monkeypatch):
+    """A learner's new experiment logs a number the commit's runs never log (its reward term's, reward_repeat): its
+    figure draws accuracy, reward and that number, and beside the commit's base the base again on the learner's code,
+    the new flag off, which logs the number at weight 0: the rate the new term would act on."""
+    exp = tmp_path / "exp"
+    write_run(exp / "repeat_penalty+rewards.py" / "seed0", [0.3, 0.6, 0.5])
+    with_config(exp / "repeat_penalty+rewards.py" / "seed0", ["rewards.py"])
+    rows = [json.loads(line) for line in open(exp / "repeat_penalty+rewards.py" / "seed0" / "metrics.jsonl")]
+    (exp / "repeat_penalty+rewards.py" / "seed0" / "metrics.jsonl").write_text(
+        "".join(json.dumps({**r, "reward_repeat": 0.1}) + "\n" for r in rows))
+    write_run(exp / "default" / "seed0", [0.3, 0.7, 0.7])
+    with_config(exp / "default" / "seed0", [], commit="abc123")
+    monkeypatch.setattr(experiments.provenance, "code_commit", lambda root=None: "abc123")
+    monkeypatch.setattr(experiments, "last_step", lambda folder: 100)
+    monkeypatch.setitem(lessons.EXPERIMENTS, "repeat_penalty", (["--format-weight", "0.5"], "a learner's"))
+    suites, drawn = [], []
+    monkeypatch.setattr(experiments, "run_suite", lambda runs, jobs: suites.append(runs))
+    monkeypatch.setattr(experiments.subprocess, "run", lambda cmd, check, stdout: drawn.append(cmd))
+    experiments.beside_figures(str(exp), str(tmp_path / "fig"), ["repeat_penalty"], "rewards.py", [0],
+                               bases={"repeat_penalty": "default"})
+    ((own,),) = suites  # the base, seed 0, on the learner's code
+    assert (own.name, own.seed, own.folder) == ("default", 0, str(exp / "default+rewards.py" / "seed0"))
+    (cmd,) = drawn
+    assert cmd[cmd.index("--metrics") + 1] == "eval_acc,reward,reward_repeat"
+    labels = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--label"]
+    assert labels == ["default (commit abc123, unmodified)", "default (your code, the new flag off)",
+                      "repeat_penalty (your code)"]
 
 
 def test_check_and_table_name_a_learners_own_runs_and_what_they_are(tmp_path):

@@ -380,5 +380,21 @@ def test_every_panel_with_its_tick_labels_lies_inside_the_figure(tmp_path):
         if panels is two:
             plt.close(fig)
     gap = [ax for ax in fig.axes if ax.get_title().startswith("|log pi_old - log pi_sampler|")][0]
-    assert gap.get_ylim() == (0, 1e-5) and any("no gap" in t.get_text() for t in gap.texts)  # noise said as such
+    assert gap.get_ylim() == (-1e-5, 1e-5) and any("no gap" in t.get_text() for t in gap.texts)  # noise said as such
+    assert not gap.lines  # and not drawn
     plt.close(fig)
+
+
+def test_a_panel_of_float_rounding_says_so_in_words_and_one_of_a_signal_draws_it(tmp_path):
+    """The sampler's effective sample size and its log-probs' correlation sit at 1 when the sampler is the learner,
+    up to a rounding of 1e-12: each panel says so instead of drawing it; 0.9 is a signal, drawn."""
+    for name, value in (("same", 1.0 - 1e-12), ("apart", 0.9)):
+        rows = [json.dumps({"step": s, "tis_ess": value, "sampler_logp_corr": value}) for s in range(1, 21)]
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+        panels = [("ess", "line", ["tis_ess"]), ("corr", "line", ["sampler_logp_corr"])]
+        fig = plot.build_figure(plot.load_runs([tmp_path / name]), panels, 0.25, "sampler")
+        for ax in fig.axes[:2]:
+            said = any("the sampler is the learner" in t.get_text() for t in ax.texts)
+            assert said == (name == "same") and bool(ax.lines) == (name == "apart"), (name, ax.get_title())
+        plt.close(fig)

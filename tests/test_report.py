@@ -280,3 +280,34 @@ def test_the_times_part_adds_each_suites_recorded_minutes_and_halves_them_for_tw
     rows = {line.split(" | ")[0]: line for line in report.times_part(records, [], "").splitlines()[2:]}
     assert rows["| `python experiments.py instability --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 15 of 15 | 18 | 9 min |")
     assert rows["| `python experiments.py naive_kl --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 1 of 30 | 1 | 0 min |")
+
+
+OTHER_TOOLS = {  # flags the pages name that belong to another program than this project's, and whose
+    "--index-url": "pip", "--nproc-per-node": "torchrun", "--collect-only": "pytest", "--local-dir": "huggingface-cli",
+    "--repo-type": "huggingface-cli", "--min-p": "the flag docs/adding_a_variant.md has a learner add"}
+
+
+def test_every_flag_a_page_names_is_one_a_program_here_takes():
+    """A flag named on a page (README.md, EXPERIMENTS.md, tests/README.md, docs/) is one of train.py's (--help),
+    experiments.py's, plot.py's, or another script's here (sft.py, evaluation.py, bench/), or another program's named
+    in OTHER_TOOLS; a flag with underscores is
+    the book's scripts' own spelling (--inner_epochs), and a name that ends in '-' stands for a family."""
+    import argparse  # noqa: F401
+    import cli
+    import experiments
+    import plot
+    known = {flag for parser in (cli.get_parser(), experiments.get_parser(), plot.build_parser())
+             for action in parser._actions for flag in action.option_strings}
+    scripts = ["sft.py", "evaluation.py", *(os.path.join("bench", f) for f in os.listdir(os.path.join(ROOT, "bench")))]
+    for script in (s for s in scripts if s.endswith(".py")):  # the other scripts' own flags
+        known |= set(re.findall(r'add_argument\(\s*"(--[\w-]+)"', open(os.path.join(ROOT, script)).read()))
+    pages = ["README.md", "EXPERIMENTS.md", os.path.join("tests", "README.md"),
+             *(os.path.join("docs", p) for p in os.listdir(os.path.join(ROOT, "docs")) if p.endswith(".md"))]
+    unknown = {}
+    for page in pages:
+        text = open(os.path.join(ROOT, page), encoding="utf-8").read()
+        named = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", text))
+        bad = {f for f in named - known - set(OTHER_TOOLS) if "_" not in f and not f.endswith("-")}
+        if bad:
+            unknown[page] = sorted(bad)
+    assert unknown == {}, unknown
