@@ -936,6 +936,26 @@ def short_table(collection, summaries, first):
     return "\n".join(out)
 
 
+def rules_part(records, args, _):
+    """`rules`: each lesson's, fix's and method's rule as the record tests it: its number and the way it must move,
+    the margin and the seeds of the run without it that set it, how many of the 12 pairs of seeds of one
+    configuration pass the rule (two seeds of one run: each pass a false positive), and the smallest effect it sees
+    in every seed (the margin plus the run without's own spread)."""
+    summaries = summaries_from_results(records)
+    out = ["| item | its number | margin | set from | two seeds of one run pass it | it sees in every seed an effect of |",
+           "|---|---|---|---|---|---|"]
+    for name, judged in lessons.judged():
+        n = judged.number
+        _, seeds = margin_needed(judged, summaries)
+        pairs = same_run_verdicts(judged, summaries)
+        held = sum(v == lessons.HELD for *_, v in pairs)
+        effect = detectable(judged, summaries)
+        fmt = lambda x: lessons.margin_text(n.key, x) if math.isfinite(x) else "-"  # noqa: E731
+        out.append(f"| {name} | {SHORT_METRICS.get(n.key, lessons.METRICS[n.key])}, {n.side} | {fmt(n.margin)} | "
+                   f"{seeds} seeds of {judged.experiments[0]} | {held} of {len(pairs)} | {fmt(effect)} |")
+    return "\n".join(out) + "\n"
+
+
 def claims_part(records, args, _):
     """`claims`: every judged method's source and its claim, as lessons.py states them (no runs needed)."""
     return claims_table() + "\n"
@@ -1131,7 +1151,7 @@ def times_part(records, args, _):
     return "\n".join(out) + "\n"
 
 
-PARTS = {"header": header_part, "verdict": verdict_part, "lesson": lesson_part, "fixes": fixes_part,
+PARTS = {"header": header_part, "rules": rules_part, "verdict": verdict_part, "lesson": lesson_part, "fixes": fixes_part,
          "field": field_part, "claims": claims_part, "rule": rule_part, "experiments": experiments_part, "signs": signs_part, "by_seed": by_seed_part,
          "stale": stale_part, "roundings": roundings_part, "drops": drops_part, "times": times_part,
          "default_run": default_run_part, "metrics_column": metrics_column_part}

@@ -470,6 +470,34 @@ def test_kl_grad_bias_is_the_estimators_gradient_averaged_over_every_token_again
     assert (want > 0.05) == (estimator in ("k1", "k3"))  # k2 and k3+ have the exact gradient, on average
 
 
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3", "k3+"])
+def test_kl_grad_bias_under_kl_reweight_is_the_reweighted_terms_gradient_over_pi_olds_samples(estimator):
+    """--kl-reweight: the term is (pi / pi_old) * k, the ratio carrying its gradient, on tokens pi_old samples. Its
+    expected gradient in the logits, by autograd at every y (grpo.kl_penalty with old_logp), weighted by pi_old(y),
+    for a pi_old other than pi, against the exact KL's: kl_grad_bias(..., reweighted=True). Re-weighted, k3 and k1
+    have the exact gradient (DeepSeek-V3.2's claim for k3); k2 and k3+ do not."""
+    torch.manual_seed(1)
+    z, zr, zo = (torch.randn(5, 7, dtype=torch.float64) for _ in range(3))
+    ref, old = zr.log_softmax(-1), zo.log_softmax(-1)  # pi_ref; pi_old, the sampler of the tokens
+    expected = torch.zeros(5, 7, dtype=torch.float64)
+    for y in range(7):
+        logits = z.clone().requires_grad_()
+        lp = logits.log_softmax(-1)
+        est = grpo.kl_penalty(lp[:, y:y + 1], ref[:, y:y + 1], torch.ones(5, 1, dtype=torch.bool), estimator,
+                              old_logp=old[:, y:y + 1])
+        est.sum().backward()
+        expected += old[:, y:y + 1].exp() * logits.grad
+    logits = z.clone().requires_grad_()
+    lp = logits.log_softmax(-1)
+    (lp.exp() * (lp - ref)).sum().backward()
+    want = (expected - logits.grad).abs().sum() / logits.grad.abs().sum()
+    got = field_methods.kl_grad_bias(lp.detach(), ref, estimator, reweighted=True)
+    assert got.item() == pytest.approx(want.item(), rel=1e-9, abs=1e-12)
+    assert (want > 0.05) == (estimator in ("k2", "k3+"))
+    plain = field_methods.kl_grad_bias(lp.detach(), ref, estimator)  # what was logged before under --kl-reweight
+    assert (plain - got).abs() > 0.05
+
+
 # ---------------------------------------------------------------- between steps
 
 def test_adaptive_entropy_steps_the_coefficient_towards_the_target_and_applies_it_only_below():

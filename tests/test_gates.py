@@ -252,3 +252,47 @@ def test_every_gate_and_fix_metric_has_a_guard_that_exists():
             path, name = test.split("::")
             with open(os.path.join(ROOT, path), encoding="utf-8") as f:
                 assert re.search(rf"^def {name}\(", f.read(), re.M), f"{key}: {test} does not exist"
+
+
+def test_reward_collapse_frac_and_tied_adv_gap_by_hand():
+    """GDPO's advantage collapse at equal weights, correctness and the format term both paid: group 0's first two
+    answers score (1, 0) and (0, 1), terms that differ and a total that ties (1 = 1); group 1 has no such pair (its
+    answers that differ in terms, (0, 1) and (0, 0), differ in total too). One group of two: reward_collapse_frac 0.5.
+    tied_adv_gap: |A_0 - A_1| over that pair, both ways, 0.4 for these advantages; GRPO's would be 0 there."""
+    correct = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    fmt = torch.tensor([0.0, 1.0, 0.0, 1.0, 1.0, 0.0])
+    rewards = {"total": correct + fmt, "correct": correct, "format": fmt, "format_paid": fmt,
+               "overlong": torch.zeros(6)}
+    adv = torch.tensor([0.7, 0.3, -1.0, 0.5, 0.5, -1.0], dtype=torch.float64)
+    batch = SimpleNamespace(rewards=rewards, loss_mask=MASK, mask=MASK, truncated=TRUNCATED, sampler_logp=Q.log(),
+                            sampler_entropy=ENTROPY)
+    step = stats.StepStats()
+    weights = {"correct": 1.0, "format_paid": 1.0, "overlong": 0.0}
+    stats.batch_stats(step, batch, adv, torch.tensor([False, False]), P.log(), MASK, 3, weights)
+    logged = step.result()
+    assert logged["reward_collapse_frac"] == pytest.approx(0.5)
+    assert logged["tied_adv_gap"] == pytest.approx(0.4)
+    step = stats.StepStats()  # at weight 0.5 the pair's totals differ (1 and 0.5): no collapse, no tied pair
+    batch.rewards = {**rewards, "total": correct + 0.5 * fmt}
+    stats.batch_stats(step, batch, adv, torch.tensor([False, False]), P.log(), MASK, 3, {**weights, "format_paid": 0.5})
+    assert step.result()["reward_collapse_frac"] == 0 and step.result()["tied_adv_gap"] is None
+
+
+def test_sapo_gate_is_4_s_1_minus_s_of_tau_r_minus_1():
+    """SAPO's gate on a token's gradient: 1 at ratio 1; at ratio 2 with tau 1, s = sigmoid(1) = 0.731 and
+    4 s (1 - s) = 0.7864; at ratio 0.5 with a negative advantage (tau 1.05), s = sigmoid(-0.525) = 0.3717 and
+    4 s (1 - s) = 0.9342."""
+    import field_methods
+    ratio = torch.tensor([[1.0, 2.0], [0.5, 1.0]])
+    A = torch.tensor([[1.0], [-1.0]])
+    gate = field_methods.sapo_gate(ratio, A, 1.0, 1.05)
+    torch.testing.assert_close(gate, torch.tensor([[1.0, 0.7864], [0.9342, 1.0]]), atol=1e-4, rtol=0)
+
+
+def test_adv_mean_is_the_advantages_mean_over_the_answers():
+    """adv_mean: 0 for GRPO's advantages by construction (ADV: 1, 0, -1 | 0, 0, 0), and, without a baseline
+    (--baseline none: A = r, here the correctness of 2 answers in 6), the rewards' mean, 1/3: RLOO's failure."""
+    rewards = {"total": TOTAL, "correct": CORRECT, "format": FORMAT, "format_paid": FORMAT}
+    assert log_batch(rewards, ADV)["adv_mean"] == pytest.approx(0.0)
+    raw = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    assert log_batch(rewards, raw)["adv_mean"] == pytest.approx(1 / 3)

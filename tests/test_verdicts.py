@@ -104,6 +104,13 @@ def test_one_seeds_verdict_by_hand(case, want):
     assert lessons.verdict(judged, {"a": without, "b": with_}) == want
 
 
+def test_a_gain_of_exactly_the_margin_is_not_held():
+    """Numbers exact in binary: a margin of 0.25, a gain of 0.25 is not past it, 0.375 is."""
+    n = lessons.Number("final", "higher", 0.25, 1.0)
+    assert not n.moved({"final": 0.25}, {"final": 0.5}) and n.moved({"final": 0.25}, {"final": 0.625})
+    assert n.against({"final": 0.25}, {"final": 0.5}) == "same" and n.against({"final": 0.5}, {"final": 0.25}) == "same"
+
+
 @pytest.mark.parametrize("runs, why", [
     ({"book_noclip": {"final": 0.3}, "book_clip10": {"final": 0.5}}, "book_noclip has no drop"),
     ({"book_noclip": {"drop": 0.2, "final": None}, "book_clip10": {"final": 0.5}}, "book_noclip has no final"),

@@ -1177,11 +1177,11 @@ def test_rejection_takes_the_tokens_or_answers_far_from_the_stale_sampler_out_of
     assert step.stats["rejected_frac"] == pytest.approx(1 - (kept.sum() / m.sum()).item(), abs=0.02)
 
 
-@pytest.mark.parametrize("baseline", ["leave_one_out", "batch"])
+@pytest.mark.parametrize("baseline", ["leave_one_out", "batch", "none"])
 def test_baseline_rloo_and_reinforce_pp_give_the_updates_advantages(warm_policy, table, baseline):
     """--baseline: RLOO's r_i minus the mean of the other G - 1 of its group, undivided; REINFORCE++'s r_i
-    whitened over the batch's tokens (each answer counted once per completion token). TABLE's constant group gets
-    0 from RLOO and an advantage from REINFORCE++."""
+    whitened over the batch's tokens (each answer counted once per completion token); none's r_i itself
+    (REINFORCE without a baseline). TABLE's constant group gets 0 from RLOO and an advantage from REINFORCE++."""
     model, enc = warm_policy()
     cfg = GRPOConfig(**BASE, baseline=baseline)
     step = run(model, enc, cfg)
@@ -1189,6 +1189,8 @@ def test_baseline_rloo_and_reinforce_pp_give_the_updates_advantages(warm_policy,
     n = [int(k) for k in completion(step.batch).sum(1)]
     if baseline == "leave_one_out":
         want = [x - (sum(r[i - i % G:i - i % G + G]) - x) / (G - 1) for i, x in enumerate(r)]
+    elif baseline == "none":
+        want = r
     else:
         N = sum(n)
         mu = sum(k * x for k, x in zip(n, r)) / N
@@ -1198,7 +1200,10 @@ def test_baseline_rloo_and_reinforce_pp_give_the_updates_advantages(warm_policy,
     torch.testing.assert_close(step.updates[0].adv.double(), want, rtol=1e-5, atol=1e-6)
     assert_grad(step.updates[0], -want[:, None] * token_weights(completion(step.batch)))
     constant = [g for g in range(0, len(r), G) if len(set(r[g:g + G])) == 1]
-    assert constant and (want[constant[0]:constant[0] + G].abs().max() > 0.1) == (baseline == "batch")
+    if baseline == "none":  # nothing subtracted: a right answer is pushed up whatever its group did
+        assert min(r) == 0 < max(r) and all(a == x for a, x in zip(want.tolist(), r))
+    else:
+        assert constant and (want[constant[0]:constant[0] + G].abs().max() > 0.1) == (baseline == "batch")
 
 
 def test_top_entropy_quantile_keeps_the_policy_gradient_on_the_high_entropy_tokens(warm_policy, table):
