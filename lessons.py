@@ -487,19 +487,19 @@ HIDES = Failure("reward_kept", "its sampled accuracy falls 15 points or more fro
 BOOK_REGIME = "the book's regime: one prompt and 8 answers a step, 500 steps"
 LESSONS = {
     "instability": Judged(
-        "lesson", ["book_noclip", "book_clip10"], Number("final", "higher", 0.18, 1.0), BOOK_CLIP,
+        "lesson", ["book_noclip", "book_clip10"], Number("final", "higher", 0.078, 1.0), BOOK_CLIP,
         "the book's clip, eps 10 on the summed ratio", BOOK_REGIME + ", 4 inner epochs from a frozen copy, no KL",
         words=("The book's clip binds", "accuracy is rescued")),
     "instability_ppo": Judged(
-        "lesson", ["book_token_noclip", "book_ppo_clip"], Number("final", "higher", 0.13, 1.0), PPO_CLIP,
+        "lesson", ["book_token_noclip", "book_ppo_clip"], Number("final", "higher", 0.094, 1.0), PPO_CLIP,
         "PPO's clip, eps 0.2 on each token's ratio", BOOK_REGIME + ", 4 inner epochs, no KL, the ratio per token",
         words=("PPO's clip binds", "accuracy is rescued")),
     "naive_kl": Judged(
-        "lesson", ["book_kl", "book_kl_k3"], Number("final", "higher", 0.002, 1.0), K3,
+        "lesson", ["book_kl", "book_kl_k3"], Number("final", "higher", 0.0, 1.0), K3,
         "k3 per token in place of k1 on summed log-probs", BOOK_REGIME + ", the book's 7_5 (k1 on sums, beta 0.1)",
         words=("k3 stays non-negative", "accuracy is rescued"), parts=["book_kl_k1_token", "book_kl_k3_sum"]),
     "runaway": Judged(
-        "lesson", ["book_runaway", "book_runaway_keepmask"], Number("sampled_final", "higher", 0.32, 1.0),
+        "lesson", ["book_runaway", "book_runaway_keepmask"], Number("sampled_final", "higher", 0.28, 1.0),
         Record(claim="We preserve the truncation masks during sampling from pi_old and apply them to pi_theta during "
                      "training, ensuring both policies share identical action subspaces.",
                source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1, Keep Sampling Mask (the book's item 11)",
@@ -511,7 +511,7 @@ LESSONS = {
                                                         "the runaway is stopped"),
         parts=["book_runaway_matched", "book_runaway_keepmask_T1"]),
     "format_exploit": Judged(
-        "lesson", ["book_runaway_format", "book_runaway_format_gated"], Number("reward_kept", "lower", 0.2, 0.0),
+        "lesson", ["book_runaway_format", "book_runaway_format_gated"], Number("reward_kept", "lower", 0.049, 0.0),
         Record(claim="The model already gets too many rewards from following the <think> tag format; another "
                      "improvement could be to make the format reward conditional, only awarded if the answer is also "
                      "correct.", source="the book, ch07_main.ipynb, 7.6 (7_6_plus_format_reward.py)", failure=HIDES,
@@ -531,6 +531,14 @@ LABELS = {  # experiment -> how the pages' verdict lines name it
     "book_runaway_format": "ungated", "book_runaway_format_gated": "gated", "book_nokl": "no KL",
     "book_kl_beta002": "k1 at beta 0.02", "book_runaway_k3": "a k3 KL, beta 0.1", "book_runaway_T1": "the sampler at T 1",
     "book_runaway_format_w01": "the bonus at 0.1", "book_gmpo": "GMPO",
+    # the rivals, as the tables name them beside their experiment
+    "book_runaway_mask_truncated": "cut answers out of the loss", "book_runaway_tis": "TIS, C = 2",
+    "book_runaway_token_drgrpo": "Dr. GRPO", "book_runaway_token_mean": "the token-level loss", "dropout": "GRPO",
+    "dropout_gmpo": "GMPO", "ds8": "8 prompts a step", "format": "the bonus at 0.5", "g4": "GRPO",
+    "g4_drgrpo": "Dr. GRPO", "kl_onpolicy_k2": "k2", "kl_reuse_k3plus": "k3+", "lag_decoupled_masked":
+    "off-policy masking", "lag_decoupled_tis": "TIS, C = 2", "lag_masked": "off-policy masking",
+    "many_entropy": "an entropy bonus, 0.03", "many_klcov": "KL-Cov", "rare_cispo": "CISPO",
+    "rare_clip_higher": "clip-higher",
 }
 
 
@@ -547,7 +555,7 @@ ENTROPY_CLIMBS = at_least("entropy_peak_share", 0.5, "its entropy climbs to half
 # named fixes, each where its failure happens, beside the same run without it
 FIXES = {
     "dynamic_sampling": Judged(
-        "fix", ["ds4", "ds4_dynamic"], Number("eval_mean", "higher", 0.04, 1.0),
+        "fix", ["ds4", "ds4_dynamic"], Number("eval_mean", "higher", 0.05, 1.0),
         Record(claim="Over-sample and filter out prompts with the accuracy equal to 1 and 0 ... the experiment achieves "
                      "the same performance faster.", source="DAPO, arXiv 2503.14476, sec. 3.2 and Fig. 6",
                failure=at_least("mean_zero_std_frac", 0.1, "a tenth or more of its groups have rewards all equal"),
@@ -555,14 +563,14 @@ FIXES = {
                costs=["mean_zero_std_frac"]),
         "groups with no signal", "the default at 4 prompts a step, evaluated every 2 steps of 30", numbers="1, 2"),
     "token_mean": Judged(
-        "fix", ["book_runaway_token", "book_runaway_token_mean"], Number("entropy_peak_share", "lower", 0.06, 0.0),
+        "fix", ["book_runaway_token", "book_runaway_token_mean"], Number("entropy_peak_share", "lower", 0.022, 0.0),
         Record(claim="Sample-level loss calculation ... leads to an unhealthy increase in entropy and response length.",
                source="DAPO, arXiv 2503.14476, sec. 3.3", failure=ENTROPY_CLIMBS,
                mechanism=at_most("mean_token_weight_spread", 1.001), switches=("loss_agg",),
                rivals=["book_runaway_token_drgrpo"], costs=[]),
         "long answers weighing less per token", RUNAWAY_TOKEN, numbers="3"),
     "drgrpo": Judged(
-        "fix", ["book_runaway_token", "book_runaway_token_drgrpo"], Number("late_resp_len_wrong", "lower", 2.0, 0.0),
+        "fix", ["book_runaway_token", "book_runaway_token_drgrpo"], Number("late_resp_len_wrong", "lower", 1.9, 0.0),
         Record(claim="An optimization bias in GRPO ... artificially increases response length (especially for incorrect "
                      "outputs) during training.", source="Dr. GRPO, arXiv 2503.20783, abstract",
                failure=Failure("late_resp_len_wrong", "its wrong answers, 2nd half, are 1.25 times as long as its right "
@@ -571,7 +579,7 @@ FIXES = {
                rivals=["book_runaway_token_mean"], costs=[]),
         "the same, and the std's weight on easy groups", RUNAWAY_TOKEN, numbers="7"),
     "overlong": Judged(
-        "fix", ["book_runaway", "book_runaway_overlong"], Number("mean_truncated_frac", "lower", 0.07, 0.0),
+        "fix", ["book_runaway", "book_runaway_overlong"], Number("mean_truncated_frac", "lower", 0.14, 0.0),
         Record(claim="The longer the response, the greater the punishment it receives ... signaling to the model to "
                      "avoid excessively long responses.", source="DAPO, arXiv 2503.14476, sec. 3.4",
                failure=at_least("mean_truncated_frac", 0.1, "a tenth or more of its answers are cut at the cap"),
@@ -579,7 +587,7 @@ FIXES = {
                switches=("overlong_cache",), rivals=["book_runaway_mask_truncated"], costs=["mean_reward_overlong"]),
         "answers cut at the cap", "the runaway (the book's 7_3)", numbers="DAPO"),
     "keep_mask": Judged(
-        "fix", ["book_runaway", "book_runaway_keepmask_T1"], Number("entropy_peak_share", "lower", 0.12, 0.0),
+        "fix", ["book_runaway", "book_runaway_keepmask_T1"], Number("entropy_peak_share", "lower", 0.2, 0.0),
         Record(claim="Combining top-p sampling with the Keep Sampling Mask strategy effectively preserves language "
                      "consistency during RL training.", source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1",
                failure=ENTROPY_CLIMBS, mechanism=below_without("mean_sampler_gap", 0.5),
@@ -595,14 +603,14 @@ FIXES = {
         "a sampler that is not the policy the ratio starts from", LAG_DECOUPLED + " (the run without: decoupled PPO "
         "with its behaviour weight removed)", numbers="6, as a sampler weight"),
     "kl_reweight": Judged(
-        "fix", ["kl_reuse", "kl_reuse_reweight"], Number("kl_bias", "lower", 0.05, 0.0),
+        "fix", ["kl_reuse", "kl_reuse_reweight"], Number("kl_bias", "lower", 0.27, 0.0),
         Record(claim="We correct the K3 estimator to obtain an unbiased KL estimate using the importance-sampling ratio "
                      "between the current policy and the old policy.", source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1",
                failure=at_least("kl_bias", 0.05, "its KL estimate is off the exact KL by 5% or more over the run"),
                mechanism=above("mean_ppo_kl", 1e-4), switches=("kl_reweight",), rivals=["kl_reuse_k3plus"], costs=[]),
         "a KL estimated on pi_old's samples", "KL 0.5, 16 updates a rollout, token mean, 50 steps", numbers="9"),
     "entropy_bonus": Judged(
-        "fix", ["many", "many_entropy"], Number("distinct_final", "higher", 0.3),
+        "fix", ["many", "many_entropy"], Number("distinct_final", "higher", 0.37),
         Record(claim="A positive value adds an entropy bonus that encourages exploration by keeping the policy from "
                      "collapsing to near-deterministic outputs.",
                source="TRL, grpo_config.py, entropy_coef (PPO, arXiv 1707.06347, sec. 5)",
@@ -612,14 +620,14 @@ FIXES = {
         "lost diversity: one right answer kept of several", "inequalities with 2-6 right digits, 16 updates a rollout",
         numbers="-"),
     "clip_higher": Judged(
-        "fix", ["rare", "rare_clip_higher"], Number("entropy", "higher", 0.01),
+        "fix", ["rare", "rare_clip_higher"], Number("entropy", "higher", 0.0065),
         Record(claim="We increase the value of eps_high to leave more room for the increase of low-probability tokens; "
                      "this effectively enhances the policy's entropy.", source="DAPO, arXiv 2503.14476, sec. 3.1",
                failure=RARE_CLIPPED, mechanism=below_without("mean_clip_frac_high", 0.9), switches=("clip_high",),
                rivals=["rare_cispo"], costs=["mean_clip_frac"]),
         "a rare token that pays, clipped", RARE_REGIME, numbers="5"),
     "cispo": Judged(
-        "fix", ["rare", "rare_cispo"], Number("think_half_step", "lower", 6.0, 1.0),
+        "fix", ["rare", "rare_cispo"], Number("think_half_step", "lower", 5.0, 1.0),
         Record(claim="These tokens were clipped out after the first on-policy update, preventing them from "
                      "contributing to subsequent off-policy gradient updates.",
                source="MiniMax-M1 (CISPO), arXiv 2506.13585, sec. 3.1", failure=RARE_CLIPPED,
@@ -639,7 +647,7 @@ FIXES = {
         "a right direct answer and a wrong reasoned one, one advantage", "the default, a format bonus of 1",
         numbers="gdpo.py"),
     "dual_clip": Judged(
-        "fix", ["lag", "lag_dual_clip"], Number("grad_limited_steps", "lower", 0.07, 0.0),
+        "fix", ["lag", "lag_dual_clip"], Number("grad_limited_steps", "lower", 0.05, 0.0),
         Record(claim="Where A < 0, r A is unbounded below as the ratio grows; the dual clip bounds it by c A, c > 1 "
                      "(paraphrase).", source="Ye et al. 2020, arXiv 1912.09729; verl compute_policy_loss_vanilla, "
                                              "clip_ratio_c",
@@ -656,7 +664,7 @@ FIXES = {
                rivals=["lag_decoupled_tis"], costs=["mean_off_policy_masked_frac"]),
         "stale wrong answers far from the policy", LAG_DECOUPLED, numbers="10"),
     "gspo": Judged(
-        "fix", ["dropout", "dropout_gspo"], Number("eval_mean", "higher", 0.04, 1.0),
+        "fix", ["dropout", "dropout_gspo"], Number("eval_mean", "higher", 0.08, 1.0),
         Record(claim="GSPO defines the importance ratio based on sequence likelihood ... and achieves superior training "
                      "efficiency and performance compared to GRPO.", source="GSPO, arXiv 2507.18071, abstract",
                failure=at_least("early_logratio_std_token", 0.1, "its token log-ratio's spread, first 10 steps, is 0.1 "
@@ -671,7 +679,7 @@ FIXES = {
 # ---------------------------------------------------------------- 5. the field past the chapter
 
 G4_REGIME = "4 answers to each of 32 problems a step"
-TOP_ENTROPY = Number("final", "higher", 0.06, 1.0)  # the 80/20 rule's, against its random control and every token
+TOP_ENTROPY = Number("final", "higher", 0.048, 1.0)  # the 80/20 rule's, against its random control and every token
 MANY_REGIME = "inequalities with 2-6 right digits, 16 updates a rollout"
 FIELD = {
     "sapo": Judged(
@@ -753,7 +761,7 @@ FIELD = {
         "the 20% of tokens by entropy, not at random", MANY_REGIME + "; beside a random 20% (the control) and every "
                                                                      "token (many)", keeps="many"),
     "adaptive_entropy": Judged(
-        "field", ["many", "many_adaptive_entropy"], Number("final", "higher", 0.05, 1.0),
+        "field", ["many", "many_adaptive_entropy"], Number("final", "higher", 0.088, 1.0),
         Record(claim="Mitigating premature entropy collapse is critical for improved test performance.",
                source="Skywork-OR1, arXiv 2505.22312, abstract; TRL use_adaptive_entropy",
                failure=at_most_failure("entropy", 0.2, "its entropy, last 10 steps, is at or below 0.2 nats, the target"),
@@ -761,7 +769,7 @@ FIELD = {
                costs=[]),
         "the entropy bonus steered towards 0.2 nats", MANY_REGIME),
     "rloo": Judged(
-        "field", ["g4_nobaseline", "g4_rloo"], Number("eval_mean", "higher", 0.01, 1.0),
+        "field", ["g4_nobaseline", "g4_rloo"], Number("eval_mean", "higher", 0.0044, 1.0),
         Record(claim="RLOO is a variant of REINFORCE that reduces variance by using leave-one-out baselines.",
                source="RLOO, arXiv 2402.14740; TRL docs/source/paper_index.md",
                failure=at_least("mean_adv_mean", 0.1, "its advantages' mean is 0.1 or more: without a baseline every "
@@ -770,7 +778,7 @@ FIELD = {
                rivals=["g4"], costs=[]),
         "the mean of the other answers as the baseline, against none (REINFORCE)", G4_REGIME),
     "reinforce_pp": Judged(
-        "field", ["g4", "g4_reinforce_pp"], Number("eval_mean", "higher", 0.01, 1.0),
+        "field", ["g4", "g4_reinforce_pp"], Number("eval_mean", "higher", 0.017, 1.0),
         Record(claim="Normalizing advantages across the entire global batch gives a more stable and effectively "
                      "unbiased estimate.", source="REINFORCE++, arXiv 2501.03262, abstract (v9)",
                failure=at_least("mean_zero_std_frac", 0.2, "a fifth or more of its groups' rewards are all equal: "
@@ -778,7 +786,7 @@ FIELD = {
                mechanism=above("mean_equal_groups_adv", 0), switches=("baseline",), rivals=["g4_drgrpo"], costs=[]),
         "the batch's mean and std over its tokens as the baseline", G4_REGIME),
     "luspo": Judged(
-        "field", ["dropout_gspo", "dropout_luspo"], Number("late_resp_len", "higher", 1.0),
+        "field", ["dropout_gspo", "dropout_luspo"], Number("late_resp_len", "higher", 0.46),
         Record(claim="We rectify the length bias inherent in GSPO ... thereby resolving the issue of response length "
                      "collapse.", source="LUSPO, arXiv 2602.05261, abstract; TRL loss_type luspo",
                failure=Failure("late_resp_len", "its answers, 2nd half, are at most 0.8 times as long as in its first "
@@ -788,7 +796,7 @@ FIELD = {
                costs=[]),
         "GSPO's loss times each answer's length", "the default, dropout 0.1 in the learner only, GSPO, 60 steps"),
     "k3_plus": Judged(
-        "field", ["kl_onpolicy", "kl_onpolicy_k3plus"], Number("mean_kl_exact", "lower", 0.005, 0.0),
+        "field", ["kl_onpolicy", "kl_onpolicy_k3plus"], Number("mean_kl_exact", "lower", 0.0059, 0.0),
         Record(claim="The expected gradient of k1 and k3 estimator is not the expected gradient of KL; k2 gives the "
                      "right gradient, so we use a straight-through trick.",
                source="verl, verl/trainer/ppo/core_algos.py, kl_penalty",

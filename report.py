@@ -413,12 +413,14 @@ def verdict_text(outcome, seeds=None):
 
 
 def rival_text(rival, sides):
-    """'lag_decoupled_tis: 2 better, 1 same' over the seeds the rival has (- without any)."""
+    """'lag_decoupled_tis (TIS, C = 2): 2 better, 1 same' over the seeds the rival has (- without any): the rival
+    named as its experiment and in words."""
+    named = f"{rival} ({lessons.LABELS[rival]})" if rival in lessons.LABELS else rival
     if not sides:
-        return f"{rival}: not run yet"
+        return f"{named}: not run yet"
     counts = [f"{sides.count(side)} {side}" for side in ("better", "same", "worse") if sides.count(side)]
     missing = f", {sides.count(None)} not judged" if None in sides else ""
-    return f"{rival}: {', '.join(counts) or '-'}{missing}"
+    return f"{named}: {', '.join(counts) or '-'}{missing}"
 
 
 COST_NAMES = {  # a cost's key -> how a table names it

@@ -146,8 +146,9 @@ def test_every_record_names_its_claim_source_failure_mechanism_switches_rival_an
                 *record.costs):
         assert key in summary_keys and key in lessons.METRICS, f"{name}: {key} is not a run_summary number it can name"
     assert record.switches and record.rivals, name
-    for rival in record.rivals:
-        assert rival in lessons.EXPERIMENTS and rival not in judged.experiments, (name, rival)
+    for rival in record.rivals:  # an experiment of its own, named in words beside its name in the tables
+        assert rival in lessons.EXPERIMENTS and rival not in judged.experiments and rival in lessons.LABELS, \
+            (name, rival)
     assert set(record.costs) <= set(report.COST_NAMES), name
 
 
