@@ -693,8 +693,21 @@ def summaries_from_results(records, rounding="plain"):
     out = {}
     for r in records:
         if r["rounding"] == rounding:
-            out.setdefault(r["experiment"], {})[f"seed{r['seed']}"] = r["summary"]
+            out.setdefault(r["experiment"], {})[f"seed{r['seed']}"] = older(r["summary"])
     return out
+
+
+def older(summary):
+    """A summary recorded before some of run_summary's numbers existed, with those it can give from its own numbers
+    filled in (a record of an earlier commit: `git show COMMIT:results.jsonl`, judged by today's rules)."""
+    s = dict(summary)
+    if "sampled_drop" not in s and s.get("sampled_peak") is not None and s.get("sampled_final") is not None:
+        s["sampled_drop"] = s["sampled_peak"] - s["sampled_final"]
+    if "reward_kept" not in s and s.get("reward_peak50"):
+        s["reward_kept"] = s["reward_low_after_peak"] / s["reward_peak50"]
+    if "entropy_peak_share" not in s and s.get("entropy_peak") is not None and s.get("ln_vocab"):
+        s["entropy_peak_share"] = s["entropy_peak"] / s["ln_vocab"]
+    return s
 
 
 def differences(recorded, found, path=""):
@@ -846,7 +859,7 @@ def pairs_from_results(records):
     out = {}
     for r in records:
         label = f"seed{r['seed']}" + (f" {r['rounding']}" if r["rounding"] != "plain" else "")
-        out.setdefault(r["experiment"], {})[label] = r["summary"]
+        out.setdefault(r["experiment"], {})[label] = older(r["summary"])
     return out
 
 

@@ -77,7 +77,7 @@ def test_ranks_with_different_minibatch_counts_do_not_hang(step_results):
     assert ddp["n_tokens"] == step_results["seq_mean"]["single"]["n_tokens"]
     nulls = {k for k, v in ddp.items() if v is None}  # pg_k1: the sampler is the learner here
     assert "pg_k1" in nulls and nulls <= {"pg_k1", "resp_len_correct", "resp_len_wrong", "adv_correct_corr",
-                                         "adv_to_centred", "equal_groups_adv", "format_paid_wrong"}, nulls
+                                         "adv_to_centred", "equal_groups_adv", "format_paid_wrong", "tied_adv_gap"}, nulls
     assert all(v == v and abs(v) != float("inf") for v in ddp.values() if v is not None)  # finite
     assert step_results["uneven_minibatches"]["max_weight_change"] > 1e-3
 
