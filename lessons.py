@@ -284,8 +284,8 @@ def at_most_failure(key, bound, rule):
 class Number(NamedTuple):
     """The number a method is made to move, its way, and the margin by which two runs must differ before the
     difference counts: the most that two seeds of the run without the method differ, over its seeds 0-4 in
-    results.jsonl, rounded up (tests/test_verdicts.py holds each margin to that rule and measures how often two seeds
-    of one run pass it)."""
+    results.jsonl, rounded up, set before the method's runs were made (tests/test_verdicts.py holds each margin to
+    that rule). A verdict asks more where the method's own seeds spread wider (`verdict`'s own_spread)."""
     key: str       # a run_summary key, named in METRICS
     side: str      # "higher" or "lower": the way the method is made to move it
     margin: float  # in the number's own unit (a share as a fraction: 0.05 is 5 points)
@@ -301,9 +301,9 @@ class Number(NamedTuple):
             return float("inf")
         return self.best - without[self.key] if self.side == "higher" else without[self.key] - self.best
 
-    def moved(self, without, with_):
-        """The method's run is ahead of the run without by more than the margin."""
-        return self.gain(without, with_) > self.margin
+    def moved(self, without, with_, margin=None):
+        """The method's run is ahead of the run without by more than the margin (this Number's, or one given)."""
+        return self.gain(without, with_) > (self.margin if margin is None else margin)
 
     def against(self, rival, own):
         """'better', 'same' or 'worse': a method's run beside a rival's, by the margin either way."""
@@ -417,19 +417,23 @@ class Record(NamedTuple):
 # One seed's verdict. Held or not held where the run without shows the failure and its number could move by the margin;
 # "no failure here" where the run without shows none; "cannot detect" where the number could not move by the margin
 # even if the method did all it claims (a bias of 3% cannot fall by 5 points). Neither of the last two counts as held
-# or as not held.
+# or as not held. The margin a verdict asks is the larger of two seeds' spreads, each the most two seeds of one run
+# differ: the run without's (Number.margin, seeds 0-4) and the method's own (own_spread, its seeds 0-2). So no two
+# seeds of either run can pass it: a seed holds only on a gain that neither run's own noise reaches.
 HELD, NOT_HELD, NO_FAILURE, CANNOT_DETECT = "held", "not held", "no failure here", "cannot detect"
 
 
-def verdict(judged, runs):
+def verdict(judged, runs, own_spread=0.0):
     """One seed's verdict of a lesson, fix or variant: runs {experiment: its summary in that seed}, its two
-    experiments' at least (a KeyError names a number missing: report.judge says so, and gives no verdict)."""
+    experiments' at least (a KeyError names a number missing: report.judge says so, and gives no verdict);
+    own_spread: the most two of the method's own seeds differ on its number."""
     without = judged.experiments[0]
+    margin = max(judged.number.margin, own_spread)
     if not judged.record.failure.present(runs, without):
         return NO_FAILURE
-    if judged.number.room(runs[without]) <= judged.number.margin:
+    if judged.number.room(runs[without]) <= margin:
         return CANNOT_DETECT
-    return HELD if judged.check(runs) else NOT_HELD
+    return HELD if judged.check(runs, margin) else NOT_HELD
 
 
 class Judged(NamedTuple):
@@ -445,18 +449,18 @@ class Judged(NamedTuple):
     keeps: str = None  # an experiment it must not fall behind by the margin (the 80/20 rule's: every token)
     numbers: str = ""  # a fix's numbers in the book's closing list ("1, 2"), or where else it comes from
 
-    def check(self, runs):
-        """One seed's outcome: the method's run ahead of the run without by more than the margin (and, with
-        `keeps`, not behind that run by more)."""
+    def check(self, runs, margin=None):
+        """One seed's outcome: the method's run ahead of the run without by more than the margin (the Number's, or
+        the one `verdict` asks), and, with `keeps`, not behind that run by more than the Number's."""
         without, with_ = (runs[n] for n in self.experiments)
         kept = self.keeps is None or self.number.against(runs[self.keeps], with_) != "worse"
-        return self.number.moved(without, with_) and kept
+        return self.number.moved(without, with_, margin) and kept
 
     @property
     def rule(self):
-        """What the check asks, in words, exactly as `check` does it."""
-        keeps = f", and not behind {self.keeps} by as much" if self.keeps else ""
-        return f"{self.number.text}{keeps}"
+        """What the check asks, in words, exactly as `verdict` does it."""
+        keeps = f", and not behind {self.keeps} by the first" if self.keeps else ""
+        return f"{self.number.text}, or than its own seeds' spread{keeps}"
 
 
 # ---------------------------------------------------------------- 3. the lessons

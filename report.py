@@ -298,11 +298,18 @@ def judged_or_why(test, runs):
         return None, f"{what[0]} has no {what[1]}" if isinstance(what, tuple) else f"no run of {what}"
 
 
-def judge(judged, runs):
+def judge(judged, runs, own_spread=0.0):
     """(verdict, why it could not be judged or None) of one seed (lessons.verdict). runs: {experiment: summary}.
     The verdict sees only the numbers each run has: one that a run lacks, or a run the seed lacks, stops it, and
-    the seed is named with why instead of a verdict."""
-    return judged_or_why(lambda known: lessons.verdict(judged, known), runs)
+    the seed is named with why instead of a verdict. own_spread: the method's own seeds' (spread)."""
+    return judged_or_why(lambda known: lessons.verdict(judged, known, own_spread), runs)
+
+
+def spread(summaries, experiment, key, seeds):
+    """The most two of an experiment's seeds differ on a number (0 with fewer than two of them)."""
+    runs = summaries.get(experiment, {})
+    values = finite(runs[f"seed{s}"].get(key) for s in seeds if f"seed{s}" in runs)
+    return max(values) - min(values) if len(values) >= 2 else 0.0
 
 
 def judgement(judged, summaries):
@@ -313,7 +320,8 @@ def judgement(judged, summaries):
     pairs = [(r[names[0]], r[names[1]]) for r in runs]
     failure = [judged_or_why(lambda k: record.failure.present(k, names[0]), r) for r in runs]
     mechanism = [judged_or_why(lambda k: record.mechanism.acts(k[names[0]], k[names[1]]), r) for r in runs]
-    outcome = [judge(judged, r) for r in runs]
+    own = spread(summaries, names[1], judged.number.key, PAIR_SEEDS)  # the method's own seeds' spread
+    outcome = [judge(judged, r, own) for r in runs]
     rivals = {}
     for rival in record.rivals:
         own = [(summaries[rival][s], pair[1]) for s, pair in zip(seeds, pairs) if s in summaries.get(rival, {})]
@@ -323,7 +331,8 @@ def judgement(judged, summaries):
     parts = {}
     for part in judged.parts:
         one = judged._replace(experiments=[names[0], part], parts=[])
-        parts[part] = [judge(one, {**r, part: summaries[part][s]}) for s, r in zip(seeds, runs)
+        part_spread = spread(summaries, part, judged.number.key, PAIR_SEEDS)
+        parts[part] = [judge(one, {**r, part: summaries[part][s]}, part_spread) for s, r in zip(seeds, runs)
                        if s in summaries.get(part, {})]
     return Judgement(seeds, pairs, failure, mechanism, outcome, rivals, costs, time, parts)
 
@@ -348,12 +357,20 @@ def margin_needed(judged, summaries, seeds=MARGIN_SEEDS):
     return (round_up(max(values) - min(values)) if len(values) >= 2 else float("nan")), len(values)
 
 
+def margin_used(judged, summaries):
+    """The margin the verdicts ask: the run without's (lessons.py, set first) or the method's own seeds' spread over
+    seeds 0-2, whichever is larger."""
+    return max(judged.number.margin, spread(summaries, judged.experiments[1], judged.number.key, PAIR_SEEDS))
+
+
 def detectable(judged, summaries, seeds=MARGIN_SEEDS):
-    """The smallest effect the rule sees in every seed: the margin, plus the most the run without's seeds themselves
-    differ (seed j may sit that far behind seed i before the effect); nan without the seeds."""
+    """The smallest effect the rule sees in every seed: the margin it asks, plus the most the run without's seeds
+    themselves differ (seed j may sit that far behind seed i before the effect); nan without the seeds."""
     runs = summaries.get(judged.experiments[0], {})
     values = finite(runs[f"seed{s}"].get(judged.number.key) for s in seeds if f"seed{s}" in runs)
-    return judged.number.margin + (max(values) - min(values)) if len(values) >= 2 else float("nan")
+    if len(values) < 2:
+        return float("nan")
+    return margin_used(judged, summaries) + (max(values) - min(values))
 
 
 def same_run_verdicts(judged, summaries, seeds=PAIR_SEEDS):
@@ -375,7 +392,8 @@ def same_run_verdicts(judged, summaries, seeds=PAIR_SEEDS):
                 against = judged.record.failure.against
                 if against in summaries and f"seed{i}" in summaries[against]:
                     seed[against] = summaries[against][f"seed{i}"]
-                out.append((experiment, i, j, judge(one, seed)[0]))
+                own = spread(summaries, experiment, judged.number.key, seeds)  # the "method" here: this experiment
+                out.append((experiment, i, j, judge(one, seed, own)[0]))
     return out
 
 
@@ -952,22 +970,23 @@ def short_table(collection, summaries, first):
 
 
 def rules_part(records, args, _):
-    """`rules`: each lesson's, fix's and method's rule as the record tests it: its number and the way it must move,
-    the margin and the seeds of the run without it that set it, how many of the 12 pairs of seeds of one
-    configuration pass the rule (two seeds of one run: each pass a false positive), and the smallest effect it sees
-    in every seed (the margin plus the run without's own spread)."""
+    """`rules`: each lesson's, fix's and method's rule as the record tests it: its number and its way, the margin set
+    from the run without it (its seeds 0-4) and the method's own seeds' spread (0-2), the larger of which a verdict
+    asks; how many of the 12 ordered pairs of seeds of one configuration pass the rule (two seeds of one run: each a
+    false positive); and the smallest effect it sees in every seed (that margin plus the run without's spread)."""
     summaries = summaries_from_results(records)
-    out = ["| item | its number | margin | set from | two seeds of one run pass it | it sees in every seed an effect of |",
-           "|---|---|---|---|---|---|"]
+    out = ["| item | its number, its way | margin: the run without's seeds | the method's own seeds | two seeds of one "
+           "run pass it | it sees in every seed an effect of |", "|---|---|---|---|---|---|"]
     for name, judged in lessons.judged():
         n = judged.number
         _, seeds = margin_needed(judged, summaries)
+        own = spread(summaries, judged.experiments[1], n.key, PAIR_SEEDS)
         pairs = same_run_verdicts(judged, summaries)
         held = sum(v == lessons.HELD for *_, v in pairs)
-        effect = detectable(judged, summaries)
         fmt = lambda x: lessons.margin_text(n.key, x) if math.isfinite(x) else "-"  # noqa: E731
-        out.append(f"| {name} | {SHORT_METRICS.get(n.key, lessons.METRICS[n.key])}, {n.side} | {fmt(n.margin)} | "
-                   f"{seeds} seeds of {judged.experiments[0]} | {held} of {len(pairs)} | {fmt(effect)} |")
+        out.append(f"| {name} | {SHORT_METRICS.get(n.key, lessons.METRICS[n.key])}, {n.side} | {fmt(n.margin)} "
+                   f"({seeds} of {judged.experiments[0]}) | {fmt(own)} | {held} of {len(pairs)} | "
+                   f"{fmt(detectable(judged, summaries))} |")
     return "\n".join(out) + "\n"
 
 
