@@ -5,8 +5,7 @@
 
 A field's default here is its only default: cli.py makes `--field-name` from it (`knob`),
 so edit a value and `python train.py` follows. grpo.py reads the fields as `cfg.<name>`;
-nothing else in this file runs, so importing it has no side effects. (`grpo.GRPOConfig` and
-`grpo.RECIPES` still name these.)
+nothing else in this file runs, so importing it has no side effects.
 
 The run's own settings (how many prompts a step, how often to evaluate, where to save) are
 cli.py's flags, not fields here: grpo_step is handed them as arguments, if at all.
@@ -65,7 +64,8 @@ class GRPOConfig:
     dynamic_sampling: bool = knob("advantages and sampling", False, "DAPO: drop groups with equal rewards, draw more")
     max_sampling_rounds: int = knob("advantages and sampling", 3, "rollout rounds per step with dynamic sampling")
     # objective
-    mu: int = knob("objective", 2, "epochs: updates over each step's rollouts (the ratio leaves 1 from the second)")
+    mu: int = knob("objective", 2, "epochs: passes over each step's rollouts, each of --minibatches optimizer steps "
+                   "(the ratio moves away from 1 after the first step)")
     minibatches: int = knob("objective", 1, "K: optimizer steps per epoch, each on 1/K of the groups (K * mu per step)")
     resample_epochs: bool = knob("objective", False, "each epoch after the first samples fresh answers to the same "
                                  "prompts from a frozen copy of pi_old (the book's --inner_epochs)")
@@ -211,7 +211,7 @@ RECIPES["olmo3"] = dict(RECIPES["book"], dynamic_sampling=True, max_sampling_rou
 # pi / pi_old (inert at beta 0, as in the script); (10) off-policy sequence masking, delta 0.1; (11) the kept
 # sampling mask; (12) GRPO's std kept, as the script keeps it (DeepSeek-V3.2's own section 3.1 writes R_i - mean(R),
 # no std). Departure: (10) measures the distance from the sampler's log-probs (as DeepSeek-V3.2 takes them from its
-# sampler), the script from pi_old's at T 1 (grpo.off_policy_keep)
+# sampler), the script from pi_old's at T 1 (field_methods.off_policy_keep)
 RECIPES["deepseek_v32"] = dict(RECIPES["book"], kl=0.0, kl_reweight=True, off_policy_mask=0.1,
                                keep_sampling_mask=True, adv_norm="group")
 # gdpo.py: a bonus of 0.1 for a boxed answer, each reward term normalised in its group before the sum (GDPO),

@@ -333,7 +333,7 @@ def importance_weights(old_logp, sampler_logp, mask, cap, floor, mode):
     says (TRL grpo_trainer vllm_importance_sampling_mode with _clip_min / _clip_max; verl rollout_corr_helper
     compute_rollout_correction_weights for the sequence level):
 
-        token_truncate     w_t = clip(pi_old / pi_sampler, floor, cap)                 (TIS; grpo.tis_weights)
+        token_truncate     w_t = clip(pi_old / pi_sampler, floor, cap)                 (TIS; field_methods.tis_weights)
         token_mask         w_t = pi_old / pi_sampler if floor <= it <= cap, else 0      (IcePop, MIS)
         sequence_truncate  w = clip(prod_t pi_old / pi_sampler, floor, cap)            one weight an answer
         sequence_mask      w = prod_t pi_old / pi_sampler if within [floor, cap], else 0

@@ -8,13 +8,13 @@
     python train.py --recipe book    # the same step at the chapter's flags
 
 The defaults are DeepSeekMath's GRPO (arXiv 2402.03300) as TRL and verl run it, with two changes: two updates on
-each batch of answers, where the paper takes one, so that the ratio leaves 1 and the clip has work to do; and no
-KL penalty, as DAPO, Dr. GRPO and the book's 7_4 have none (`--recipe grpo` sets the paper's one update and beta
-0.04). Each variant is a flag on the one function that holds its idea (--ratio-level on `policy_ratio`,
---kl-estimator on `kl_penalty`, ...), and a variant with a function of its own enters as one named call that does
-the plain thing while its flag is off; those functions are field_methods.py's. What a step logs is stats.py's:
-`grpo_step` hands each update to `watch`, which does nothing unless a caller gives one. reference.py writes the
-chapter's step and the papers' as their authors do; tests hold this step equal to each at its flags.
+each batch of answers, where the paper takes one, so that the ratio moves away from 1 after the first optimizer step
+and the clip has work to do; and no KL penalty, as DAPO, Dr. GRPO and the book's 7_4 have none (`--recipe grpo` sets
+the paper's one update and beta 0.04). Each variant is a flag on the one function that holds its idea (--ratio-level
+on `policy_ratio`, --kl-estimator on `kl_penalty`, ...), and a variant with a function of its own enters as one
+named call that does the plain thing while its flag is off; those functions are field_methods.py's. What a step logs
+is stats.py's: `grpo_step` hands each update to `watch`, which does nothing unless a caller gives one. reference.py
+writes the chapter's step and the papers' as their authors do; tests hold this step equal to each at its flags.
 
 Where this step departs from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/),
 each a flag that `--recipe book` sets back:
@@ -33,7 +33,6 @@ import torch
 
 import field_methods
 import rewards
-from config import RECIPES, GRPOConfig  # noqa: F401 (grpo.GRPOConfig and grpo.RECIPES: the settings a step reads)
 # torchrun's part, each one call: global_mean (sum / count), global_std (.std()), same_count (the minibatches),
 # everywhere_finite (the loss and the gradient norm): in one process the plain formula (distributed.py)
 from distributed import everywhere_finite, global_mean, global_std, same_count
@@ -50,20 +49,17 @@ def grpo_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, gener
     optimizer step (stats.py logs it); learner: the policy as the update's forward runs it (under torchrun wrapped in
     DDP, whose backward averages the gradients over the ranks), by default the policy itself."""
     learner = learner or policy
-    pi_old = field_methods.frozen_copy(policy, cfg)  # the policy; the book's inner epochs: a copy frozen for the step
+    # the model whose log-probs are pi_old: the policy itself, scored once below before any update; the book's
+    # inner epochs (--resample-epochs) sample from it again, so there it is a copy frozen at the step's weights
+    old_policy = field_methods.frozen_copy(policy, cfg)
     batch, zero_std = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)  # G answers a prompt, scored
-    batch, zero_std = stale_batch(policy, batch, zero_std, lagged, cfg)  # --rollout-lag K: one sampled K steps ago
+    batch, zero_std = stale_batch(policy, batch, zero_std, lagged, cfg)  # the same batch unless --rollout-lag
     first = batch
-    for epoch in range(cfg.mu):  # mu epochs on the batch: the ratio is 1 in the first update, then leaves it
+    for epoch in range(cfg.mu):  # mu epochs on the batch: the ratio is 1 until the first optimizer step
         if epoch > 0 and cfg.resample_epochs:  # the book's inner epochs: new answers, from the frozen copy
-            batch = rollout(pi_old, enc, batch.problems[::cfg.group_size], cfg, generator)
-        if epoch == 0 or cfg.resample_epochs:
-            loss_mask = trained_tokens(batch, cfg)  # (B, T) the answers' tokens the loss reads
-            adv = advantages(batch, cfg)  # (B,) group-relative
-            old_logp = old_logprobs(pi_old, batch, loss_mask, cfg)  # (B, T) pi_old: fixed for the epochs
-            ref_logp = None  # (B, T) pi_ref, the warm start: only with a KL term
-            if cfg.kl > 0:
-                ref_logp = logprobs_no_grad(ref_policy, batch, loss_mask, cfg)
+            batch = rollout(old_policy, enc, batch.problems[::cfg.group_size], cfg, generator)
+        if epoch == 0 or cfg.resample_epochs:  # once a batch: what its updates hold fixed
+            loss_mask, adv, old_logp, ref_logp = fixed_for_batch(old_policy, ref_policy, batch, cfg)
         for rows in minibatches(batch, cfg):  # K minibatches of whole groups (one by default)
             logp, entropy = batch_logprobs(learner, batch, rows, loss_mask, cfg)  # (b, T) pi_theta, with gradient
             ref = None if ref_logp is None else ref_logp[rows]  # (b, T)
@@ -93,6 +89,19 @@ class Update(NamedTuple):
 
 
 # ---------------------------------------------------------------- 1. the batch and its advantages
+
+def fixed_for_batch(old_policy, ref_policy, batch, cfg):
+    """What every update on one batch holds fixed -> loss_mask (B, T), the answers' tokens the loss reads; adv (B,),
+    their group-relative advantages; old_logp (B, T), pi_old's log-probs; ref_logp (B, T), pi_ref's, or None without
+    a KL term (the warm start is loaded only when beta > 0)."""
+    loss_mask = trained_tokens(batch, cfg)
+    adv = advantages(batch, cfg)
+    old_logp = old_logprobs(old_policy, batch, loss_mask, cfg)
+    ref_logp = None
+    if cfg.kl > 0:
+        ref_logp = logprobs_no_grad(ref_policy, batch, loss_mask, cfg)
+    return loss_mask, adv, old_logp, ref_logp
+
 
 def stale_batch(policy, batch, zero_std, lagged, cfg):
     """--rollout-lag K, an asynchronous trainer: the step's new batch joins the queue `lagged` and the step trains on
@@ -174,13 +183,13 @@ def logprobs_no_grad(model, batch, loss_mask, cfg):
     return batch_logprobs(model, batch, torch.arange(batch.tokens.shape[0]), loss_mask, cfg)[0]
 
 
-def old_logprobs(pi_old, batch, loss_mask, cfg):
+def old_logprobs(old_policy, batch, loss_mask, cfg):
     """(B, T) pi_old's log-probs of a batch, fixed for its updates: the policy that sampled it, before any update on
     it (the book's frozen copy: the step's first weights). In the first update pi_theta is still pi_old, so its ratio
     is 1. --rollout-lag --lag-pi-old sampler: the stale sampler, scored when it sampled (stale_batch)."""
     if cfg.rollout_lag and cfg.lag_pi_old == "sampler":
         return batch.pi_old_logp
-    return logprobs_no_grad(pi_old, batch, loss_mask, cfg)
+    return logprobs_no_grad(old_policy, batch, loss_mask, cfg)
 
 
 def learner_temperature(cfg):
@@ -206,7 +215,7 @@ class Loss(NamedTuple):
 
 
 def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampler_logp=None):
-    """The GRPO loss, to be minimised, on (B, T) token log-probs -> Loss:
+    """The GRPO loss, to be minimised, on (B, T) token log-probs (B: the rows it is given, one minibatch's) -> Loss:
         loss = -mean( clipped(pi / pi_old) * A )  +  beta * mean( KL(pi || pi_ref) )  [- alpha * mean(entropy)]
     loss_mask (B, T) marks the completion tokens; adv (B,); entropy (B, T) is for the entropy bonus; sampler_logp
     (B, T), what the sampler drew each token with, for the off-policy corrections. The corrections that drop tokens
@@ -221,8 +230,8 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
     loss = aggregate(-surrogate.expand_as(logp), loss_mask, cfg.loss_agg, cfg.max_new_tokens)
     terms = {"pg_loss": loss}
     if cfg.kl > 0:  # beta, --kl
-        reweight = old_logp if cfg.kl_reweight else None
-        kl = kl_penalty(logp, ref_logp, loss_mask, cfg.kl_estimator, cfg.kl_level, reweight)  # (B, T) or (B, 1)
+        reweight_by = old_logp if cfg.kl_reweight else None  # pi_old's log-probs: --kl-reweight's ratio
+        kl = kl_penalty(logp, ref_logp, loss_mask, cfg.kl_estimator, cfg.kl_level, reweight_by)  # (B, T) or (B, 1)
         terms["kl"] = aggregate(kl, loss_mask, cfg.loss_agg, cfg.max_new_tokens)
         loss = loss + cfg.kl * terms["kl"]
     if cfg.entropy_coef != 0:  # alpha, --entropy-coef: an entropy bonus (TRL's entropy_coef, verl's entropy_coeff)
@@ -291,7 +300,7 @@ def clipped_objective(ratio, adv, eps_low, eps_high, dual_clip=0.0):
     return surr, low, high
 
 
-def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=None):
+def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", reweight_by=None):
     """Estimators of KL(pi || pi_ref) from samples of pi (Schulman, "Approximating KL"), (B, T) per token or
     (B, 1) per sequence; with log r = log pi_ref - log pi:
       k1 = -log r                 unbiased, can be negative, high variance
@@ -300,7 +309,8 @@ def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=Non
     "From samples of pi": k1's gradient, grad log pi, averages to zero only there; over samples of another q
     (a sharper sampler, top-p) minimising it lowers log pi where q draws, flattening pi. level "sequence" (the
     book's 7_5_plus_kl.py): log pi and log pi_ref summed over each answer first, one log r an answer.
-    old_logp given (--kl-reweight, DeepSeek-V3.2): on pi_old's samples, weight by the ratio (with its gradient),
+    reweight_by, pi_old's log-probs (--kl-reweight, DeepSeek-V3.2): on pi_old's samples, weight by the ratio (with
+    its gradient),
         E_{y ~ pi_old}[ (pi(y) / pi_old(y)) * k3(y) ] = E_{y ~ pi}[ k3(y) ] = KL(pi || pi_ref)"""
     lp = logp  # (B, T)
     ref = ref_logp
@@ -320,8 +330,8 @@ def kl_penalty(logp, ref_logp, mask, estimator="k3", level="token", old_logp=Non
         kl = field_methods.k3_plus(log_r)
     else:
         raise ValueError(f"unknown KL estimator {estimator!r}")
-    if old_logp is not None:
-        kl = kl * policy_ratio(logp, old_logp, mask, level)
+    if reweight_by is not None:
+        kl = kl * policy_ratio(logp, reweight_by, mask, level)
     return kl
 
 

@@ -64,13 +64,13 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "topp_keepmask": (["--top-p", "0.9", "--keep-sampling-mask"], "... with the learner on the sampler's support"),
     "entropy_bonus": (["--entropy-coef", "0.02"], "an entropy bonus, alpha 0.02"),
     "adv_clip": (["--adv-clip", "1"], "each advantage clamped to [-1, 1]: a lone right answer weighs 1, not 2.47 "
-                                       "(docs/adding_a_variant.md builds it)"),
+                                       "(docs/adding_a_variant.md's example to copy)"),
     # a stress regime for what the book regime does not show here: the format bonus farmed
     "format_tight": (["--format-weight", "1.0", "--max-new-tokens", "26", "--steps", "200", "--eval-every", "20"],
                      "a format bonus worth a right answer; 26 tokens do not fit every 3-step reasoning"),
     "format_tight_gated": (["--format-weight", "1.0", "--max-new-tokens", "26", "--steps", "200", "--eval-every", "20",
                             "--gated"], "the same bonus paid only for right answers"),
-    # the book's regime (grpo.RECIPES["book"]): the chapter's lessons
+    # the book's regime (config.RECIPES["book"]): the chapter's lessons
     "book_kl": (BOOK, "the book's 7_5_plus_kl.py: sampled at T 0.8 / top-p 0.9, scored at T 1, k1 KL"),
     "book_kl_beta002": ([*BOOK, "--kl", "0.02"], "... at beta 0.02, the chapter's original GRPO's"),
     "book_kl_matched": ([*BOOK, "--learner-temperature", "0.8"], "... the learner at the sampler's temperature"),
@@ -240,7 +240,7 @@ EXPERIMENTS = {  # name -> (train.py flags on top of COMMON, what it is)
     "kl_onpolicy_k3plus": ([*KL_ONPOLICY, "--kl-estimator", "k3+"], "... with k3+: k3's value, k2's gradient (verl)"),
     "kl_onpolicy_k2": ([*KL_ONPOLICY, "--kl-estimator", "k2"], "... with k2, whose gradient is k3+'s and whose value "
                                                                "is biased"),
-    # rivals: the method a learner would pick instead of a fix or a variant, in its regime (lessons.RIVALS)
+    # rivals: the method a learner would pick instead of a fix or a variant, in its regime (each Record's rivals)
     "book_runaway_format_w01": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--format-check", "book", "--format-weight",
                                  "0.1"], "the book's 7_6 format bonus at 0.1, the book's other remedy (7.6)"),
     "book_runaway_tis": ([*RUNAWAY, "--kl", "0", "--mu", "1", "--tis-cap", "2"],
@@ -312,7 +312,7 @@ class Number(NamedTuple):
 
     @property
     def text(self):
-        return f"{METRICS[self.key]} {self.side}, by more than {margin_text(self.key, self.margin)}"
+        return f"{METRICS[self.key]}: {self.side} by more than {margin_text(self.key, self.margin)}"
 
 
 PERCENT = {"final", "sampled_final", "eval_mean", "drop", "sampled_drop", "kl_bias", "grad_limited_steps",
@@ -460,7 +460,7 @@ class Judged(NamedTuple):
     def rule(self):
         """What the check asks, in words, exactly as `verdict` does it."""
         keeps = f", and not behind {self.keeps} by the first" if self.keeps else ""
-        return f"{self.number.text}, or than its own seeds' spread{keeps}"
+        return f"{self.number.text}, and than its own seeds' spread{keeps}"
 
 
 # ---------------------------------------------------------------- 3. the lessons
@@ -531,7 +531,7 @@ LABELS = {  # experiment -> how the pages' verdict lines name it
     "book_ppo_clip": "PPO's clip", "book_kl": "k1 on summed log-probs", "book_kl_k3": "k3 per token",
     "book_kl_k1_token": "k1 per token", "book_kl_k3_sum": "k3 on the sums",
     "book_runaway": "the book's 7_3", "book_runaway_keepmask": "the learner on the sampler's support at its T",
-    "book_runaway_matched": "the learner at the sampler's T alone", "book_runaway_keepmask_T1": "the support alone",
+    "book_runaway_matched": "the learner at the sampler's T", "book_runaway_keepmask_T1": "the learner on the sampler's support",
     "book_runaway_format": "ungated", "book_runaway_format_gated": "gated", "book_nokl": "no KL",
     "book_kl_beta002": "k1 at beta 0.02", "book_runaway_k3": "a k3 KL, beta 0.1", "book_runaway_T1": "the sampler at T 1",
     "book_runaway_format_w01": "the bonus at 0.1", "book_gmpo": "GMPO",

@@ -5,7 +5,7 @@ at which temperature, over which support; this file computes them.
     token_logprobs_reference   the textbook way: the (n, V) logits, log_softmax, the target's entry
     token_logprobs             the same numbers fast (kernels/): no (n, V) log-softmax, and by
                                default not even the (n, V) logits
-    vocab_logprobs             the whole (n, V) distribution, for the exact KL (grpo.exact_kl)
+    vocab_logprobs             the whole (n, V) distribution, for the exact KL (stats.exact_kl)
 
 tokens, mask (B, L). The model reads tokens[:, :-1] and predicts the targets tokens[:, 1:]; loss_mask
 (B, T = L - 1), made once in rollouts.py, marks the completion targets. Only those n positions reach

@@ -113,15 +113,16 @@ class GPT(nn.Module):
     def forward(self, idx, mask=None, cache=None, hidden=False, index=None, groups=None):
         """idx (B, T) -> logits (B, T, V), or the final hidden states (B, T, d) if hidden.
 
-        groups (P, G), a GRPO batch's: G adjacent rows answer one prompt, their first P tokens.
-        Without dropout (which would differ row by row) each prompt then runs once for its
-        group (hidden_shared_prompts): the same numbers up to rounding, with less work.
-
         mask (B, S) marks the real tokens among all S positions (default: all of idx), and
         index (T,) where among them idx sits (default: the last T). Without a cache S = T;
         with one (a KVCache per layer, from `new_cache`) S is the cache's whole length L,
         idx goes at cache positions index, and the positions after it are not written yet
         (False in mask): decoding.generate's fixed-shape decode step.
+
+        groups (P, G), a shortcut for a GRPO batch, off unless given: G adjacent rows answer
+        one prompt, their first P tokens. Without dropout (which would differ row by row)
+        each prompt then runs once for its group (hidden_shared_prompts): the same numbers
+        up to rounding, with less work.
         """
         if groups is not None and cache is None and mask is not None and shares_prompts(idx, *groups) \
                 and not (self.training and self.cfg.dropout):
@@ -181,6 +182,7 @@ class PromptKV:
 
 
 def count_params(model):
+    """The parameters, as GPT-2 counts them: without the position embeddings (wpe)."""
     return sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
 
 

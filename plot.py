@@ -123,6 +123,8 @@ TITLES = {
     "eval_pass_at_k": "held-out pass@k", "eval_distinct": "different right answers a problem",
     "reward": "reward", "reward_correct": "right answers' share", "reward_format": "answers in think format",
     "resp_len": "answer length (tokens)", "resp_len_wrong": "wrong answers' length (tokens)",
+    "resp_len_correct": "right answers' length (tokens)", "reward_collapse_frac": "groups where differing answers tie",
+    "tied_adv_gap": "|A_i - A_j| of tied answers",
     "truncated_frac": "answers cut at the token cap", "entropy": "learner's entropy a token (nats)",
     "sampler_entropy": "sampler's entropy a token (nats)", "clip_frac": "tokens where PPO's clip binds",
     "clip_frac_high": "tokens where the high clip binds", "ratio_max": "largest ratio pi / pi_old",

@@ -696,8 +696,9 @@ def write_results(records, path=RESULTS):
 
 def merge_results(old, new, order):
     """old's records with new's in place of those of the same (experiment, seed, rounding), sorted by
-    rounding (provenance.ROUNDINGS' order), then by `order` (experiment names), then by seed."""
-    merged = {record_key(r): r for r in old}
+    rounding (provenance.ROUNDINGS' order), then by `order` (experiment names), then by seed. An old record of an
+    experiment that `order` no longer names is dropped: no page can judge it, and no command can run it again."""
+    merged = {record_key(r): r for r in old if r["experiment"] in order}
     merged.update({record_key(r): r for r in new})
     rank = {name: i for i, name in enumerate(order)}
     rounding = {name: i for i, name in enumerate(provenance.ROUNDINGS)}
@@ -953,20 +954,6 @@ def field_part(records, args, _):
     row each, for the README."""
     summaries = summaries_from_results(records)
     return (field_table(summaries) if not args else short_table(lessons.FIELD, summaries, "method")) + "\n"
-
-
-def short_table(collection, summaries, first):
-    """One row a fix or variant: its mechanism acted (N of M), its number without -> with over the seeds, held
-    (N of M), beside each rival, and its cost."""
-    out = [f"| {first} | its mechanism acted | its number | without -> with | held | beside its rival | cost |",
-           "|---|---|---|---|---|---|---|"]
-    for name, judged in collection.items():
-        j = judgement(judged, summaries)
-        number, values = number_cells(judged, j)
-        out.append(f"| {name} | {counted(j.mechanism, j.seeds) if j.seeds else '-'} | {number.split(' (')[0]} | "
-                   f"{values if j.seeds else 'not run yet'} | {counted(j.outcome, j.seeds) if j.seeds else '-'} | "
-                   f"{'; '.join(rival_text(r, v) for r, v in j.rivals.items())} | {cost_text(j) or '-'} |")
-    return "\n".join(out)
 
 
 def rules_part(records, args, _):

@@ -179,8 +179,10 @@ def term_weights(cfg=None) -> dict:
 
 
 def score(completion: str, answer: int | str | frozenset, n_tokens: int, cfg=None) -> dict:
-    """The weighted total, the raw format check (the share of answers that reason), and each term's raw value,
-    weight 0 or not, as floats. cfg: the run's settings (a GRPOConfig; its defaults without one)."""
+    """One answer's rewards, as floats: the weighted total; `format`, the raw format check (1 where the answer
+    reasons; its batch mean is the share that do); and each term's value before its weight, weight 0 or not
+    (`format_paid` is the format check, times correctness when --gated). cfg: the run's settings (a GRPOConfig;
+    its defaults without one)."""
     cfg = cfg or GRPOConfig()
     correct = correctness_reward(completion, answer)
     fmt = FORMAT_CHECKS[cfg.format_check](completion)

@@ -49,13 +49,15 @@ def sample_batch(policy, enc, next_problems, n_prompts, cfg, generator):
     up to max_sampling_rounds rounds. Returns (Rollouts, (n_groups_sampled,) bool: which
     of all the groups sampled had zero reward std, kept or not).
     """
-    G, parts, kept, zero_std_rounds = cfg.group_size, [], 0, []
-    for _ in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
+    G = cfg.group_size
+    if not cfg.dynamic_sampling:  # the default: one group a prompt, as sampled
+        batch = rollout(policy, enc, [next_problems() for _ in range(n_prompts)], cfg, generator)
+        return batch, zero_std_groups(batch.rewards["total"], G)  # (n_prompts,)
+    parts, kept, zero_std_rounds = [], 0, []
+    for _ in range(cfg.max_sampling_rounds):  # DAPO: sample again until n_prompts groups have a signal
         part = rollout(policy, enc, [next_problems() for _ in range(n_prompts)], cfg, generator)
         zero_std = zero_std_groups(part.rewards["total"], G)  # (n_prompts,)
         zero_std_rounds.append(zero_std)
-        if not cfg.dynamic_sampling:
-            return part, zero_std
         keep = ~zero_std & (torch.cumsum((~zero_std).long(), 0) <= n_prompts - kept)  # fill, no more
         if keep.any():
             parts.append(take_rows(part, group_rows(keep, G)))
@@ -73,7 +75,7 @@ def rollout(policy, enc, problems, cfg, generator):
     prompts = [encode_prompt(enc, p.prompt) for p in repeated]
     stop = stop_tokens(enc)  # <|endoftext|>; for the reasoning Qwen3 <|im_end|> too
     sampler = sampler_model(policy, cfg.sampler_dtype)  # the policy itself, unless --sampler-dtype
-    sampler.eval()
+    sampler.eval()  # sampling runs without dropout; the learner's forward, after, trains with it (train mode)
     tokens, mask, sampler_logp, sampler_entropy, support = generate(
         sampler, prompts, cfg.max_new_tokens, stop, cfg.temperature, cfg.top_k, cfg.top_p, generator,
         keep_support=cfg.keep_sampling_mask)
@@ -82,12 +84,13 @@ def rollout(policy, enc, problems, cfg, generator):
     loss_mask = mask[:, 1:].clone()  # (B, T)
     loss_mask[:, :P - 1] = False  # targets before position P are prompt (or padding)
     completion = tokens[:, P:].masked_fill(~mask[:, P:], -1)  # (B, n) padding can never equal eot
+    truncated = ~torch.isin(completion, torch.tensor(stop, device=completion.device)).any(1)  # (B,) no stop token
     texts = decode_completions(enc, tokens, mask, P)
-    scores = [rewards.score(t, tasks.graded_answer(p), n, cfg) for t, p, n in zip(texts, repeated, loss_mask.sum(1).tolist())]
+    n_tokens = loss_mask.sum(1).tolist()  # (B,) each answer's length
+    scores = [rewards.score(t, tasks.graded_answer(p), n, cfg) for t, p, n in zip(texts, repeated, n_tokens)]
+    scored = {k: torch.tensor([s[k] for s in scores], device=tokens.device) for k in scores[0]}  # name -> (B,)
     return Rollouts(tokens, mask, loss_mask, sampler_logp[:, 1:], sampler_entropy[:, 1:],
-                    None if support is None else support[:, 1:],
-                    truncated=~torch.isin(completion, torch.tensor(stop, device=completion.device)).any(1),
-                    rewards={k: torch.tensor([s[k] for s in scores], device=tokens.device) for k in scores[0]},  # (B,)
+                    None if support is None else support[:, 1:], truncated=truncated, rewards=scored,
                     texts=texts, problems=repeated, prompt_len=P)
 
 

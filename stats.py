@@ -95,7 +95,7 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
     answers it dropped (the field's masks: the share of tokens each dropped, loss.dropped), the mean importance
     weight the policy gradient was multiplied by (is_weight_mean: --tis-cap's, VESPO's), the largest over the
     smallest weight a token's loss has in the mean (token_weight_spread: the longest answer over the shortest
-    under seq_mean, 1 under token_mean), and with --exact-kl (kl_exact, a pair: grpo.exact_kl) the KL term's exact
+    under seq_mean, 1 under token_mean), and with --exact-kl (kl_exact, a pair: stats.exact_kl) the KL term's exact
     value and its estimator's gradient bias. Given adv (b,) and sampler_logp (b, T): the stale negatives, what the
     dual clip and off-policy masking act on. loss: grpo.Loss; the rest (b, T), as grpo_step holds them."""
     for name, value in loss.terms.items():
@@ -124,7 +124,7 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
     if adv is not None:
         # stale negatives: the share of the wrong answers' tokens whose ratio passed 3 (where a dual clip
         # c = 3 binds), and each wrong answer's mean log pi_sampler - log pi, the distance from its sampler
-        # that --off-policy-mask compares with its delta (grpo.off_policy_keep)
+        # that --off-policy-mask compares with its delta (field_methods.off_policy_keep)
         neg = (adv < 0)[:, None] & m  # (b, T)
         stats.mean("neg_ratio_above_3", r > 3, neg)
         far = grpo.sequence_mean(sampler_logp - logp, m)[:, 0]  # (b,)

@@ -11,8 +11,9 @@
 
 `main` reads in the order a run goes: its config (the flags, checked by cli.py before
 anything is written), the model, the loop, the evaluations and the saves. Each step samples
-G answers for each of --prompts-per-step problems, scores them and updates the policy
-(grpo.grpo_step). Every --eval-every steps (and at step 0) the policy answers the fixed
+G answers for each of --prompts-per-step problems, scores them and updates the policy:
+train_step -> stats.logged_step -> grpo.grpo_step (stats.py only records what each update
+did). Every --eval-every steps (and at step 0) the policy answers the fixed
 held-out set greedily (and, with --eval-sampled, once more as the rollouts sample).
 Everything lands in runs/<name>/:
     config.json      every resolved flag, package versions, device

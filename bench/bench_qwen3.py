@@ -28,6 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import grpo  # noqa: E402
+import config  # noqa: E402
 from stats import logged_step  # noqa: E402
 import tasks  # noqa: E402
 from decoding import generate  # noqa: E402
@@ -98,7 +99,7 @@ def sampling_case(model, enc, rows, new_tokens, device):
 
 
 def grpo_case(model, enc, n_prompts, group, new_tokens, device, fused, checkpointing):
-    cfg = grpo.GRPOConfig(group_size=group, max_new_tokens=new_tokens, temperature=0.8, top_p=0.9,
+    cfg = config.GRPOConfig(group_size=group, max_new_tokens=new_tokens, temperature=0.8, top_p=0.9,
                           fused_head=fused, lr=1e-6)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     stream = iter(math_shaped_problems(10_000, seed=1))

@@ -93,7 +93,7 @@ def run_ours(threads, warmup, steps):
     torch.manual_seed(0)
     policy = NoStopGPT(GPTConfig(vocab_size=enc.n_vocab + 1, max_seq_len=MAX_SEQ_LEN, n_layer=N_LAYER,
                                  n_head=N_HEAD, d_model=D_MODEL))
-    cfg = grpo.GRPOConfig(group_size=GROUP, max_new_tokens=NEW_TOKENS, mu=1, kl=0.0, lr=LR)
+    cfg = GRPOConfig(group_size=GROUP, max_new_tokens=NEW_TOKENS, mu=1, kl=0.0, lr=LR)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr, **ADAM)  # as train.py's (ADAM names torch's default on the CPU)
     facts = settings_of_ours(policy, opt, cfg)
     stream = problems()

@@ -20,7 +20,7 @@ Two ways to chunk, picked per device (override with chunk_over="rows" | "vocab")
     written once and read twice by kernels that stream it at memory bandwidth, and the
     matmuls stay large.
   * "vocab" (default elsewhere): all rows, C vocabulary columns at a time, merging the
-    chunks' (m, d, s) with logprobs.merge_stats: plain torch ops, C sized from a memory
+    chunks' (m, d, s) with kernels.logprobs.merge_stats: plain torch ops, C sized from a memory
     budget and measured on CPU (bench/bench_linear.py). On a GPU (N = 16384: C = 1024)
     it would make ~150 passes of small elementwise ops over (N, C) buffers larger than
     L2, each a trip to memory: that is why CUDA chunks over rows.

@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import distributed  # noqa: E402
+import config  # noqa: E402
 import grpo  # noqa: E402
 from stats import logged_step  # noqa: E402
 import rollouts  # noqa: E402
@@ -74,18 +75,18 @@ def step_cases(out_path):
     enc = build_tokenizer({"merges": []})
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=enc.n_vocab, max_seq_len=48, n_layer=1, n_head=2, d_model=32))
-    base = grpo.GRPOConfig(group_size=G, max_new_tokens=6, temperature=2.0, max_grad_norm=1e9)
+    base = config.GRPOConfig(group_size=G, max_new_tokens=6, temperature=2.0, max_grad_norm=1e9)
     batch = whole_batch(enc, model, base)
     # Under DDP minibatch k is the union of the ranks' k-th minibatches: with K = 2, rank 0's
     # group 0 and rank 1's group 2, then groups 1 and 3. One process on groups in the order
     # 0, 2, 1, 3 takes the same minibatches (and with K = 1 the order changes nothing).
     interleaved = rollouts.take_rows(batch, rollouts.group_rows(torch.ones(4, dtype=torch.bool), G)
                                      .view(N_GROUPS, G)[[0, 2, 1, 3]].reshape(-1))
-    singles = {name: one_step(copy.deepcopy(model), interleaved, grpo.GRPOConfig(**{**vars(base), **kw}))
+    singles = {name: one_step(copy.deepcopy(model), interleaved, config.GRPOConfig(**{**vars(base), **kw}))
                for name, kw in CASES.items()}  # no process group yet: the one-process code path
     # --loss-agg bnpo divides by each process's own tokens: under DDP, one update is the mean of the updates each
     # rank's half would make alone (their token counts differ: 33 and 31), not token_mean's on both
-    bnpo = grpo.GRPOConfig(**{**vars(base), "loss_agg": "bnpo", "mu": 1})
+    bnpo = config.GRPOConfig(**{**vars(base), "loss_agg": "bnpo", "mu": 1})
     halves = [rollouts.take_rows(batch, torch.arange(h * 8, (h + 1) * 8)) for h in (0, 1)]
     token_mean = dataclasses.replace(bnpo, loss_agg="token_mean")
     alone = [one_step(copy.deepcopy(model), b, c)[1]
@@ -97,7 +98,7 @@ def step_cases(out_path):
     out = {}
     for name, kw in CASES.items():
         mine = uneven if name.startswith("uneven") else half
-        stats, weights = one_step(distributed.wrap(copy.deepcopy(model)), mine, grpo.GRPOConfig(**{**vars(base), **kw}))
+        stats, weights = one_step(distributed.wrap(copy.deepcopy(model)), mine, config.GRPOConfig(**{**vars(base), **kw}))
         ref_stats, ref_weights = singles[name]
         out[name] = {"single": ref_stats, "ddp": stats,
                      "max_weight_diff": max((weights[k] - ref_weights[k]).abs().max().item() for k in weights),

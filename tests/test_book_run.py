@@ -13,7 +13,7 @@ import rewards
 import tasks
 import cli
 import train
-from grpo import GRPOConfig
+from config import GRPOConfig
 from model import CheckpointError
 from qwen3 import load_pretrained, read_safetensors
 from rollouts import rollout

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import cli
+import config
 import field_methods
 import grpo
 
@@ -194,15 +195,15 @@ def test_help_works(script):
 
 def test_every_grpo_config_field_is_a_flag_with_its_default():
     args = cli.get_parser().parse_args([])
-    for f in dataclasses.fields(grpo.GRPOConfig):
+    for f in dataclasses.fields(config.GRPOConfig):
         assert getattr(args, f.name) == f.default, f.name
-    assert cli.grpo_config(args) == grpo.GRPOConfig()
+    assert cli.grpo_config(args) == config.GRPOConfig()
 
 
 def test_editing_a_grpo_config_default_changes_the_flag(monkeypatch):
     """The dataclass is the one source: argparse reads defaults and choices from it."""
-    monkeypatch.setattr(grpo.GRPOConfig.__dataclass_fields__["group_size"], "default", 5)
-    monkeypatch.setattr(grpo.GRPOConfig.__dataclass_fields__["fused_head"], "default", False)
+    monkeypatch.setattr(config.GRPOConfig.__dataclass_fields__["group_size"], "default", 5)
+    monkeypatch.setattr(config.GRPOConfig.__dataclass_fields__["fused_head"], "default", False)
     args = cli.get_parser().parse_args([])
     assert args.group_size == 5 and args.fused_head is False
     assert cli.get_parser().parse_args(["--fused-head"]).fused_head is True
@@ -319,7 +320,7 @@ def test_inf_passes_where_a_flags_help_says_what_it_means_and_the_error_says_the
     """--clip inf (no clipping), --off-policy-mask inf (off), ...: each field whose knob gives inf a
     meaning, and only those, shows it in its --help, in the words its error for nan uses."""
     helps = {a.dest: a.help for a in cli.get_parser()._actions}
-    for f in dataclasses.fields(grpo.GRPOConfig):
+    for f in dataclasses.fields(config.GRPOConfig):
         inf = f.metadata["inf"]
         if inf is None:
             continue

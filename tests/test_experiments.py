@@ -13,6 +13,7 @@ import time
 import pytest
 
 import cli
+import config
 import experiments
 import lessons
 import plot
@@ -145,7 +146,8 @@ def test_the_runaway_lessons_failure_asks_for_the_signs_of_the_books_7_3_log():
 def test_the_format_lessons_failure_is_a_reward_that_hides_the_fall():
     """Ungated, the sampled accuracy falls 15 points while the reward's lowest 50-step mean after its peak keeps half
     of it: the reward hides the fall. The gated run is then held where its reward keeps less than the ungated's by
-    more than the margin: the reward shows the fall."""
+    more than the margin: the reward shows the fall. A gain a tenth of a point short of the margin is not held (short
+    of it, not at it: 0.8 - (0.8 - margin) rounds to a hair above the margin in floats)."""
     lesson = lessons.LESSONS["format_exploit"]
     ungated = {"sampled_drop": 0.3, "reward_kept": 0.8}
     assert lesson.record.failure.test(ungated)
@@ -154,7 +156,7 @@ def test_the_format_lessons_failure_is_a_reward_that_hides_the_fall():
     gated = {"reward_kept": 0.8 - lesson.number.margin - 0.01}
     runs = {"book_runaway_format": ungated, "book_runaway_format_gated": gated}
     assert lessons.verdict(lesson, runs) == lessons.HELD
-    runs["book_runaway_format_gated"] = {"reward_kept": 0.8 - lesson.number.margin}
+    runs["book_runaway_format_gated"] = {"reward_kept": 0.8 - lesson.number.margin + 0.001}
     assert lessons.verdict(lesson, runs) == lessons.NOT_HELD
 
 
@@ -198,7 +200,7 @@ def test_every_listed_command_gives_each_flag_once():
 def test_an_experiment_named_after_a_recipe_runs_that_recipe():
     import grpo
     for name, (flags, _) in lessons.EXPERIMENTS.items():
-        recipe = name if name in grpo.RECIPES else name.split("_")[0] if name.startswith("book") else None
+        recipe = name if name in config.RECIPES else name.split("_")[0] if name.startswith("book") else None
         if recipe:
             assert flags[flags.index("--recipe") + 1] == recipe, name
 
@@ -360,7 +362,7 @@ def test_a_finished_run_is_skipped_in_one_line_and_no_tracked_file_changes(proje
 # A pause at a step the test chooses, committed in the project's copy (so the code is a commit's, unedited): after
 # step PAUSE_AT_STEP's metrics line (and its checkpoint, if that step saves one) the run touches `paused` and
 # waits, and the test sends its signal then, whatever the machine's load. Only the first command sets the variable.
-PAUSE = """    append_jsonl(metrics_path, metrics)
+PAUSE = """    run_folders.append_jsonl(metrics_path, metrics)
 """
 PAUSE_HOOK = """    if os.environ.get("PAUSE_AT_STEP") == str(step):  # tests/test_experiments.py: wait here for a signal
         open(os.path.join(run_dir, "paused"), "w").close()

@@ -22,7 +22,8 @@ import torch
 import field_methods
 import grpo
 from stats import logged_step
-from grpo import GRPOConfig, grpo_loss
+from config import GRPOConfig
+from grpo import grpo_loss
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENGTHS = [3, 2, 4]  # three answers' completion tokens; T = 4, padding after
@@ -473,7 +474,7 @@ def test_kl_grad_bias_is_the_estimators_gradient_averaged_over_every_token_again
 @pytest.mark.parametrize("estimator", ["k1", "k2", "k3", "k3+"])
 def test_kl_grad_bias_under_kl_reweight_is_the_reweighted_terms_gradient_over_pi_olds_samples(estimator):
     """--kl-reweight: the term is (pi / pi_old) * k, the ratio carrying its gradient, on tokens pi_old samples. Its
-    expected gradient in the logits, by autograd at every y (grpo.kl_penalty with old_logp), weighted by pi_old(y),
+    expected gradient in the logits, by autograd at every y (grpo.kl_penalty with reweight_by), weighted by pi_old(y),
     for a pi_old other than pi, against the exact KL's: kl_grad_bias(..., reweighted=True). Re-weighted, k3 and k1
     have the exact gradient (DeepSeek-V3.2's claim for k3); k2 and k3+ do not."""
     torch.manual_seed(1)
@@ -484,7 +485,7 @@ def test_kl_grad_bias_under_kl_reweight_is_the_reweighted_terms_gradient_over_pi
         logits = z.clone().requires_grad_()
         lp = logits.log_softmax(-1)
         est = grpo.kl_penalty(lp[:, y:y + 1], ref[:, y:y + 1], torch.ones(5, 1, dtype=torch.bool), estimator,
-                              old_logp=old[:, y:y + 1])
+                              reweight_by=old[:, y:y + 1])
         est.sum().backward()
         expected += old[:, y:y + 1].exp() * logits.grad
     logits = z.clone().requires_grad_()
@@ -522,8 +523,9 @@ def test_adaptive_entropy_steps_the_coefficient_towards_the_target_and_applies_i
 def test_with_every_field_flag_off_no_field_method_runs_and_nothing_new_is_logged(monkeypatch):
     """The defaults compute exactly the chapter's step: every function of field_methods.py replaced by one that
     raises, a default loss (with KL, entropy bonus and TIS on) still runs and logs no field statistic."""
-    # what grpo.py calls whatever the flags (each does nothing while its flags are off), and TIS's weight (on here)
-    entries = {"drop_before_the_objective", "change_after_the_objective", "frozen_copy", "tis_weights"}
+    # what grpo.py and train.py call whatever the flags (each does nothing while its flags are off), and TIS's weight
+    entries = {"drop_before_the_objective", "change_after_the_objective", "frozen_copy", "tis_weights",
+               "entropy_control", "entropy_controlled"}
     for name, fn in inspect.getmembers(field_methods, inspect.isfunction):
         if name not in entries:
             monkeypatch.setattr(field_methods, name, lambda *a, _n=name, **k: pytest.fail(f"{_n} ran with its flag off"))
@@ -534,7 +536,7 @@ def test_with_every_field_flag_off_no_field_method_runs_and_nothing_new_is_logge
                               ref=logp.detach() + 0.1)
     assert out.dropped == {}
     grpo.group_advantages(torch.tensor(REWARDS), 4)
-    import train
+    assert field_methods.entropy_control(None, cfg) is None  # train.py's controller, off
     assert field_methods.entropy_controlled(cfg, None) is cfg
 
 

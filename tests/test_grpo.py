@@ -10,8 +10,8 @@ from stats import logged_step
 import rollouts
 import tasks
 from field_methods import kl_cov_penalty
-from grpo import (GRPOConfig, aggregate, clipped_objective, group_advantages, grpo_loss,
-                  kl_penalty, policy_ratio)
+from config import GRPOConfig
+from grpo import aggregate, clipped_objective, group_advantages, grpo_loss, kl_penalty, policy_ratio
 from stats import StepStats, update_stats
 
 

@@ -21,7 +21,7 @@ import rollouts
 import stats
 import tasks
 from decoding import generate
-from grpo import GRPOConfig
+from config import GRPOConfig
 from model import GPT, GPTConfig, load_checkpoint
 from stats import StepStats
 from tokenizer import build_tokenizer

@@ -23,7 +23,7 @@ from stats import logged_step
 import logprobs
 import qwen3
 import tasks
-from grpo import GRPOConfig
+from config import GRPOConfig
 from decoding import generate
 from model import CheckpointError
 from qwen3 import Qwen3, Qwen3Config, load_pretrained, read_safetensors, save_pretrained

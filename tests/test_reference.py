@@ -14,7 +14,7 @@ import grpo
 import reference
 import tasks
 import train
-from grpo import GRPOConfig
+from config import GRPOConfig
 
 
 def one_step_each(steps, warm_policy, cfg, ref, n_prompts):

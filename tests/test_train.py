@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import evaluation
+import config
 import grpo
 import rewards
 import tasks
@@ -283,7 +284,7 @@ def test_a_run_saved_before_a_flag_existed_resumes_with_its_default(warm, tmp_pa
     monkeypatch.setattr(grpo, "grpo_step", lambda *a: configs.append(a[6]) or real(*a))
     train.main(cli.get_parser().parse_args(["--resume", run_dir, "--steps", "2", "--threads", "1"]))
     (cfg,) = configs
-    defaults = {f.name: f.default for f in dataclasses.fields(grpo.GRPOConfig)}
+    defaults = {f.name: f.default for f in dataclasses.fields(config.GRPOConfig)}
     assert {name: getattr(cfg, name) for name in newer} == {name: defaults[name] for name in newer}
     assert cfg.kl == 0.05  # the flags it did save still apply
     assert [r["step"] for r in read_metrics(run_dir)] == [0, 1, 2]
@@ -458,13 +459,13 @@ def test_without_triton_everything_imports_and_a_step_runs():
     code = """
 import sys
 sys.modules["triton"] = None  # import triton now raises ImportError
-import grpo, train, tasks, torch
+import config, grpo, train, tasks, torch
 from model import GPT, GPTConfig
 from tokenizer import build_tokenizer
 enc = build_tokenizer({"merges": []})
 model = GPT(GPTConfig(vocab_size=enc.n_vocab, max_seq_len=48, n_layer=1, n_head=2, d_model=32))
 stream = tasks.problems("easy", 0)
-cfg = grpo.GRPOConfig(group_size=2, max_new_tokens=3)
+cfg = config.GRPOConfig(group_size=2, max_new_tokens=3)
 from stats import logged_step
 _, stats = logged_step(model, None, torch.optim.Adam(model.parameters()), enc, lambda: next(stream), 2, cfg,
                           torch.Generator().manual_seed(0))

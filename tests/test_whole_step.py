@@ -30,7 +30,7 @@ import logprobs as logprobs_py  # logprobs.py; `logprobs` below is this file's f
 import rewards
 import rollouts
 import tasks
-from grpo import GRPOConfig
+from config import GRPOConfig
 
 BASE = dict(group_size=4, max_new_tokens=12, mu=1, minibatches=1)  # mu explicit: its default may change
 TABLE = [1, 0, 0, 1, 0, 0, 0, 1, 1, 1, 0, 1, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0]  # 6 groups of 4, one constant
