@@ -54,6 +54,7 @@ def run_summary(rows):
     out["evals"] = [list(e) for e in evals]
     # the lowest greedy accuracy once training has begun: a dip a run recovers from still counts
     out["eval_low"] = min((a for s, a in evals if s > 0), default=float("nan"))
+    out["low_after_peak"] = low_after_peak(out["evals"])
     for key in ("reward", "entropy", "resp_len", "clip_frac", "kl", "reward_format", "sampler_gap", "sampler_entropy"):
         out[key] = mean(r.get(key) for r in tail)
     out["reward_format_start"] = mean(r.get("reward_format") for r in head)
@@ -85,13 +86,14 @@ def run_summary(rows):
                 "sampler_gap", "format_paid_wrong", "token_weight_spread", "reward_overlong", "clip_frac",
                 "clip_frac_high", "off_policy_masked_frac", "is_masked_frac", "rejected_frac", "is_weight_mean",
                 "low_entropy_frac", "adv_to_centred", "equal_groups_adv", "kl_grad_bias", "kl_exact",
-                "reward_collapse_frac", "tied_adv_gap", "adv_mean", "sapo_gate"):
+                "reward_collapse_frac", "tied_adv_gap", "adv_mean", "sapo_gate", "clip_high_p_mean", "think_clip_frac"):
         out["mean_" + key] = mean(r.get(key) for r in steps)
     out["grad_norm_peak"] = max(finite(r.get("grad_norm_max") for r in steps), default=float("nan"))
     out["kl_low"] = min(finite(r.get("kl") for r in steps), default=float("nan"))
     out["early_logratio_std_token"] = mean(r.get("logratio_std_token") for r in head)
     out["early_logratio_std_seq"] = mean(r.get("logratio_std_seq") for r in head)
     out["early_resp_len"] = mean(r.get("resp_len") for r in head)
+    out["early_entropy"] = mean(r.get("entropy") for r in head)
     out["early_reward_collapse_frac"] = mean(r.get("reward_collapse_frac") for r in head)  # while both terms vary
     out["late_resp_len_correct"] = mean(r.get("resp_len_correct") for r in steps[len(steps) // 2:])
     out["late_resp_len_wrong"] = mean(r.get("resp_len_wrong") for r in steps[len(steps) // 2:])
@@ -121,6 +123,15 @@ def run_summary(rows):
     out["minutes"] = steps[-1]["time"] / 60 if steps else float("nan")
     out["moves"] = first_moves(rows)
     return out
+
+
+def low_after_peak(evals):
+    """The lowest greedy accuracy at or after its peak ([step, accuracy] of each evaluation): where a run that
+    learned fell to; its peak if it never fell. nan without evaluations."""
+    if not evals:
+        return float("nan")
+    peak_at = max(range(len(evals)), key=lambda i: evals[i][1])
+    return min(a for _, a in evals[peak_at:])
 
 
 def step_moves(rows):
@@ -724,6 +735,8 @@ def older(summary):
         s["sampled_drop"] = s["sampled_peak"] - s["sampled_final"]
     if "reward_kept" not in s and s.get("reward_peak50"):
         s["reward_kept"] = s["reward_low_after_peak"] / s["reward_peak50"]
+    if "low_after_peak" not in s and s.get("evals"):
+        s["low_after_peak"] = low_after_peak(s["evals"])
     if "entropy_peak_share" not in s and s.get("entropy_peak") is not None and s.get("ln_vocab"):
         s["entropy_peak_share"] = s["entropy_peak"] / s["ln_vocab"]
     return s

@@ -23,24 +23,34 @@ import grpo
 import rewards
 from distributed import all_max, all_sum
 from logprobs import vocab_logprobs
+from tasks import THINK_OPEN
+from tokenizer import encode_completion
 
 
 def logged_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator, lagged=None, learner=None):
     """grpo.grpo_step, watched -> (the batch it trained on, {statistic: float}, the same on every rank): the step
     train.py runs. learner: the policy as the update's forward runs it (under torchrun, in DDP)."""
-    log = StepLog(policy, ref_policy, cfg)
+    log = StepLog(policy, ref_policy, cfg, think_token(enc))
     batch = grpo.grpo_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator, lagged, log.update,
                            learner)
     return batch, log.stats.result()
 
 
-class StepLog:
-    """The watcher of one step: grpo_step calls `update` with each grpo.Update before its optimizer step."""
+def think_token(enc):
+    """The id of <think>, the token that opens a reasoned answer, or None where the tokenizer spells it in pieces."""
+    ids = encode_completion(enc, THINK_OPEN)
+    return ids[0] if len(ids) == 1 else None
 
-    def __init__(self, policy, ref_policy, cfg):
+
+class StepLog:
+    """The watcher of one step: grpo_step calls `update` with each grpo.Update before its optimizer step.
+    think_id: <think>'s id (think_token), for the share of them the clip stops; None: not logged."""
+
+    def __init__(self, policy, ref_policy, cfg, think_id=None):
         self.policy = policy
         self.ref_policy = ref_policy  # None when beta = 0
         self.cfg = cfg
+        self.think_id = think_id
         self.stats = StepStats(policy.lm_head_weight.device)
 
     def update(self, u):
@@ -56,6 +66,8 @@ class StepLog:
         kl_exact = exact_kl(self.policy, self.ref_policy, u.batch, rows, u.loss_mask, cfg)  # --exact-kl
         update_stats(stats, u.loss, u.logp, u.old_logp[rows], u.entropy, u.loss_mask[rows], u.grad_norm, kl_exact,
                      u.adv[rows], u.batch.sampler_logp[rows])
+        if self.think_id is not None:
+            think_stats(stats, u.loss, u.batch.tokens[rows, 1:] == self.think_id, u.loss_mask[rows], u.adv[rows])
         if cfg.objective == "sapo":  # what SAPO's gate leaves of each token's policy gradient
             gate = field_methods.sapo_gate(u.loss.ratio, u.adv[rows, None], cfg.sapo_tau_pos, cfg.sapo_tau_neg)
             stats.mean("sapo_gate", gate, u.loss_mask[rows].bool())
@@ -113,6 +125,7 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
     # of the tokens the high clip stops, the share pi_old gave less than 0.2: DAPO's Fig. 3a finds
     # them all there, the rare tokens clip-higher exists for
     stats.mean("clip_high_lowp_frac", old_logp < math.log(0.2), high & m, default=None)
+    stats.mean("clip_high_p_mean", old_logp.exp(), high & m, default=None)  # their mean probability (DAPO's Fig. 3a)
     stats.mean("ppo_kl", old_logp - logp, m)
     # the ratio's noise, per token and per answer (GSPO's length-normalised log-ratio): what a
     # token-level clip sees against what a sequence-level one sees (0 where pi_old is pi itself)
@@ -145,6 +158,15 @@ def update_stats(stats, loss, logp, old_logp, entropy, loss_mask, grad_norm, kl_
         stats.mean("kl_rel_gap", (loss.terms["kl"] - exact) / exact.clamp(min=1e-12))
         if grad_bias is not None:
             stats.mean("kl_grad_bias", grad_bias)
+
+
+@torch.no_grad()
+def think_stats(stats, loss, is_think, loss_mask, adv):
+    """The rare token that opens a reasoned answer: of the <think> tokens (is_think, (b, T)) of answers with A > 0,
+    the share whose ratio the objective's clip stops above (think_clip_frac): the tokens whose gradient CISPO's
+    authors found clipped away after the first update. loss: grpo.Loss; adv (b,)."""
+    think = is_think & loss_mask.bool() & (adv > 0)[:, None]  # (b, T)
+    stats.mean("think_clip_frac", loss.clipped_high.expand_as(think), think, default=None)
 
 
 @torch.no_grad()

@@ -263,9 +263,45 @@ def test_the_gates_of_the_rare_token_and_the_stale_negatives_match_their_formula
     s = s.result()
     # high clip (A > 0, ratio > 1.2): row 0's tokens 0, 1, 3; of those, pi_old < 0.2 only token 0
     assert s["clip_high_lowp_frac"] == pytest.approx(1 / 3)
+    assert s["clip_high_p_mean"] == pytest.approx((0.1 + 0.5 + 0.3) / 3, rel=1e-6)  # their mean pi_old (DAPO Fig. 3a)
     assert s["neg_ratio_above_3"] == pytest.approx(1 / 3)  # row 1's 3 tokens: ratios e^1.2 > 3, 1, e^0.1
     assert s["neg_sampler_kl"] == pytest.approx(-0.25 - (1.2 + 0.0 + 0.1) / 3)
     assert math.exp(1.2) > 3
+
+
+def test_the_clip_on_the_think_token_counts_the_think_tokens_of_answers_with_a_positive_advantage():
+    """think_clip_frac: of the <think> tokens (targets) in answers with A > 0, the share PPO's high clip stops. By
+    hand: rows 0 and 2 have A > 0; their <think> tokens are row 0's column 0 (ratio e^0.5 > 1.2: clipped) and row 2's
+    columns 0 and 2 (e^0.1: not; e^0.3: clipped; column 2 is padding in row 2, so not counted): 1 of 2. Row 1's
+    <think> (A < 0) and the other tokens do not count."""
+    think = 9  # <think>'s id here
+    targets = torch.tensor([[9, 4, 4, 5], [9, 4, 4, 4], [9, 4, 9, 4]])  # (3, 4)
+    old = torch.log(torch.full((3, 4), 0.3))
+    logp = old + torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0], [0.1, 0.0, 0.3, 0.0]])
+    mask = torch.tensor([[True] * 4, [True] * 4, [True, True, False, False]])
+    adv = torch.tensor([1.0, -1.0, 0.5])
+    loss = grpo.grpo_loss(logp, old, None, adv, mask, GRPOConfig(clip=0.2))
+    s = StepStats()
+    stats.think_stats(s, loss, targets == think, mask, adv)
+    assert s.result()["think_clip_frac"] == pytest.approx(1 / 2)
+    mask[2, 0] = False  # row 2's unclipped <think> out of the loss: 1 of 1
+    s = StepStats()
+    stats.think_stats(s, loss, targets == think, mask, adv)
+    assert s.result()["think_clip_frac"] == pytest.approx(1.0)
+    s = StepStats()
+    stats.think_stats(s, loss, targets == 7, mask, adv)  # no <think> at all: none, not 0
+    assert s.result()["think_clip_frac"] is None
+
+
+def test_a_step_logs_the_clip_on_its_think_tokens(enc, tiny_model, digit_reward):
+    """The whole step, as train.py runs it, logs think_clip_frac with ours tokenizer's <think> (a single id)."""
+    assert stats.think_token(enc) == enc.encode_single_token("<think>")
+    policy = tiny_model()
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    stream = tasks.problems("easy", 0)
+    cfg = GRPOConfig(group_size=4, max_new_tokens=6, mu=2)
+    _, logged = logged_step(policy, None, opt, enc, lambda: next(stream), 4, cfg, torch.Generator().manual_seed(0))
+    assert "think_clip_frac" in logged
 
 
 def test_step_stats_match_the_direct_formulas():
