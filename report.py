@@ -22,6 +22,7 @@ import re
 from typing import NamedTuple
 
 import lessons
+import permutation
 import provenance
 import run_folders
 
@@ -274,17 +275,20 @@ def judged_runs(judged):
 
 
 class Judgement(NamedTuple):
-    """A lesson, fix or variant over the seeds its two runs share (judgement): the failure in the run without it,
-    its mechanism, its verdict, its number beside each rival's run, its costs, and a lesson's one-change runs."""
-    seeds: list      # the seed labels ('seed0'; 'seed0 avx2' for another rounding) its two runs have
-    pairs: list      # [(the run without's summary, the method's)] by seed
-    failure: list    # [(present, why it could not be judged or None)] by seed
-    mechanism: list  # [(acted, why not judged or None)] by seed
-    outcome: list    # [(lessons.HELD, NOT_HELD, NO_FAILURE or CANNOT_DETECT, or None; why not judged or None)] by seed
-    rivals: dict     # rival experiment -> ['better', 'same', 'worse' or None (a number missing)] over its seeds
+    """A lesson, fix or variant judged over the seeds of its runs (judgement): the failure in the run without it, its
+    mechanism, its verdict (lessons.verdict), the numbers shown beside it, each rival's run against its own, its
+    costs, and a lesson's one-change runs."""
+    seeds: list      # the seed labels ('seed0'; 'seed0 avx2' for another rounding) either of its two runs has
+    pairs: list      # [(seed, the run without's summary or None, the method's or None)] by seed
+    failure: dict    # seed -> (present, why it could not be read or None): the run without's seeds
+    mechanism: dict  # seed -> (acted, why not or None): the method's seeds
+    verdict: object  # lessons.Verdict over all the seeds of both runs
+    also: list       # [(lessons.Number, lessons.Verdict)]: more numbers, the same test, deciding nothing
+    rivals: dict     # rival experiment -> lessons.Verdict of the method's run against the rival's (the rival as the run
+    #                  without; None: the rival not run)
     costs: dict      # run_summary key -> [the method's run's value] by seed
     time: float      # the method's run's minutes over the run without's, the mean over seeds
-    parts: dict      # a lesson's one-change run -> [(verdict, why)] by seed, judged as the fix is
+    parts: dict      # a lesson's one-change run -> its lessons.Verdict, judged as the fix is
 
 
 class Summary(dict):
@@ -309,147 +313,154 @@ def judged_or_why(test, runs):
         return None, f"{what[0]} has no {what[1]}" if isinstance(what, tuple) else f"no run of {what}"
 
 
-def judge(judged, runs, own_spread=0.0):
-    """(verdict, why it could not be judged or None) of one seed (lessons.verdict). runs: {experiment: summary}.
-    The verdict sees only the numbers each run has: one that a run lacks, or a run the seed lacks, stops it, and
-    the seed is named with why instead of a verdict. own_spread: the method's own seeds' (spread)."""
-    return judged_or_why(lambda known: lessons.verdict(judged, known, own_spread), runs)
+def values(summaries, experiment, key):
+    """{seed label: the experiment's number in that seed, or None}: every seed it has."""
+    return {seed: run.get(key) for seed, run in summaries.get(experiment, {}).items()}
 
 
-def spread(summaries, experiment, key, seeds):
-    """The most two of an experiment's seeds differ on a number (0 with fewer than two of them)."""
-    runs = summaries.get(experiment, {})
-    values = finite(runs[f"seed{s}"].get(key) for s in seeds if f"seed{s}" in runs)
-    return max(values) - min(values) if len(values) >= 2 else 0.0
+def seed_number(label):
+    """'seed3' -> 3, 'seed3 avx2' -> 3."""
+    return int(label[4:].split()[0])
+
+
+def by_seed(d):
+    """{seed label: x} -> {seed number: x}, for lessons.verdict, which names seeds by number."""
+    return {seed_number(label): x for label, x in d.items()}
+
+
+def compare(number, first, second, summaries, present=None, acted=None):
+    """lessons.verdict of `second`'s run against `first`'s on one number, over all the seeds each has."""
+    return lessons.verdict(number, by_seed(values(summaries, first, number.key)),
+                           by_seed(values(summaries, second, number.key)), by_seed(present or {}),
+                           None if acted is None else by_seed(acted), (first, second))
 
 
 def judgement(judged, summaries):
     """Judgement of a lessons.judged() record on the runs of summaries ({experiment: {seed: run_summary}})."""
     names, record = judged.experiments, judged.record
-    seeds = seeds_of(summaries, names)
-    runs = [{n: summaries[n][s] for n in needed(judged) if s in summaries.get(n, {})} for s in seeds]
-    pairs = [(r[names[0]], r[names[1]]) for r in runs]
-    failure = [judged_or_why(lambda k: record.failure.present(k, names[0]), r) for r in runs]
-    mechanism = [judged_or_why(lambda k: record.mechanism.acts(k[names[0]], k[names[1]]), r) for r in runs]
-    own = spread(summaries, names[1], judged.number.key, PAIR_SEEDS)  # the method's own seeds' spread
-    outcome = [judge(judged, r, own) for r in runs]
-    rivals = {}
-    for rival in record.rivals:
-        own = [(summaries[rival][s], pair[1]) for s, pair in zip(seeds, pairs) if s in summaries.get(rival, {})]
-        rivals[rival] = [side_of(judged.number, r, o) for r, o in own]
-    costs = {key: [pair[1].get(key) for pair in pairs] for key in record.costs}
-    time = mean(b.get("minutes", math.nan) / a.get("minutes", math.nan) for a, b in pairs if a.get("minutes"))
-    parts = {}
-    for part in judged.parts:
-        one = judged._replace(experiments=[names[0], part], parts=[])
-        part_spread = spread(summaries, part, judged.number.key, PAIR_SEEDS)
-        parts[part] = [judge(one, {**r, part: summaries[part][s]}, part_spread) for s, r in zip(seeds, runs)
-                       if s in summaries.get(part, {})]
-    return Judgement(seeds, pairs, failure, mechanism, outcome, rivals, costs, time, parts)
+    seeds = sorted(set().union(*(summaries.get(n, {}) for n in names)), key=lambda s: (seed_number(s), s))
+    runs = {s: {n: summaries[n][s] for n in needed(judged) if s in summaries.get(n, {})} for s in seeds}
+    pairs = [(s, runs[s].get(names[0]), runs[s].get(names[1])) for s in seeds]
+    failure = {s: judged_or_why(lambda k: record.failure.present(k, names[0]), runs[s]) for s in seeds
+               if names[0] in runs[s]}
+    mechanism = {s: judged_or_why(lambda k: record.mechanism.acts(k[names[0]], k[names[1]]), runs[s]) for s in seeds
+                 if names[1] in runs[s]}
+    present = {s: bool(v) for s, (v, why) in failure.items() if why is None}
+    acted = {s: bool(v) for s, (v, why) in mechanism.items() if why is None}
+    verdict = compare(judged.number, *names, summaries, present, acted)
+    if judged.keeps and verdict.decision == lessons.HELD:  # the 80/20 rule: also not worse than every token
+        behind = compare(judged.number, names[1], judged.keeps, summaries)
+        if behind.decision != lessons.NOT_JUDGED and behind.p < permutation.ALPHA:
+            verdict = verdict._replace(decision=lessons.NOT_HELD, why=f"behind {judged.keeps}, p = {p_text(behind.p)}")
+    also = [(n, compare(n, *names, summaries)) for n in judged.also]
+    rivals = {rival: compare(judged.number, rival, names[1], summaries) if rival in summaries else None
+              for rival in record.rivals}
+    costs = {key: [b.get(key) for _, _, b in pairs if b] for key in record.costs}
+    time = mean(b.get("minutes", math.nan) / a.get("minutes", math.nan) for _, a, b in pairs if a and b
+                and a.get("minutes"))
+    parts = {part: compare(judged.number, names[0], part, summaries, present) for part in judged.parts
+             if part in summaries}
+    return Judgement(seeds, pairs, failure, mechanism, verdict, also, rivals, costs, time, parts)
 
 
-MARGIN_SEEDS = [0, 1, 2, 3, 4]  # the run without's seeds a margin is set from (lessons.Number)
-PAIR_SEEDS = [0, 1, 2]  # the seeds whose ordered pairs measure how often a rule passes on noise
-
-
-def round_up(x, digits=2):
-    """x rounded up to `digits` significant digits: 0.1625 -> 0.17, 0.0385 -> 0.039; 0 stays 0."""
-    if x <= 0:
-        return 0.0
-    scale = 10 ** (math.floor(math.log10(x)) - digits + 1)
-    return math.ceil(round(x / scale, 9)) * scale
-
-
-def margin_needed(judged, summaries, seeds=MARGIN_SEEDS):
-    """The margin lessons.Number's rule gives a judged method: the most that two of the run without's seeds differ
-    on its number, rounded up to two digits -> (margin, the seeds it read). nan with fewer than two seeds."""
+def seeds_needed(judged, summaries, seeds=(0, 1, 2, 3, 4)):
+    """The seeds lessons.seeds_for gives a record from its run without's seeds 0-4 -> (seeds, the seeds it read);
+    (None, n) with fewer than 5 of them."""
     runs = summaries.get(judged.experiments[0], {})
-    values = finite(runs[f"seed{s}"].get(judged.number.key) for s in seeds if f"seed{s}" in runs)
-    return (round_up(max(values) - min(values)) if len(values) >= 2 else float("nan")), len(values)
+    found = finite(runs[f"seed{s}"].get(judged.number.key) for s in seeds if f"seed{s}" in runs)
+    return (lessons.seeds_for(judged.number, found) if len(found) == len(seeds) else None), len(found)
 
 
-def margin_used(judged, summaries):
-    """The margin the verdicts ask: the run without's (lessons.py, set first) or the method's own seeds' spread over
-    seeds 0-2, whichever is larger."""
-    return max(judged.number.margin, spread(summaries, judged.experiments[1], judged.number.key, PAIR_SEEDS))
+def p_text(p):
+    """A p-value as the pages print it: 'p = 0.004', three decimals ('< 0.001' below)."""
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def detectable(judged, summaries, seeds=MARGIN_SEEDS):
-    """The smallest effect the rule sees in every seed: the margin it asks, plus the most the run without's seeds
-    themselves differ (seed j may sit that far behind seed i before the effect); nan without the seeds."""
-    runs = summaries.get(judged.experiments[0], {})
-    values = finite(runs[f"seed{s}"].get(judged.number.key) for s in seeds if f"seed{s}" in runs)
-    if len(values) < 2:
-        return float("nan")
-    return margin_used(judged, summaries) + (max(values) - min(values))
+def size_text(key, x, sign=True):
+    """An effect on a number in its unit, signed: '+4.1 points' for a share, '+2.9' else ('-' where not finite)."""
+    if x is None or not math.isfinite(x):
+        return "inf" if x == math.inf else "-"
+    if key in lessons.PERCENT:
+        return f"{x * 100:{'+' if sign else ''}.2g} points"
+    unit = {"entropy": " nats", "think_half_step": " steps", "distinct_final": " answers"}.get(key, "")
+    return f"{x:{'+' if sign else ''}.3g}{unit}"
 
 
-def same_run_verdicts(judged, summaries, seeds=PAIR_SEEDS):
-    """The verdict on two seeds of one configuration: seed i of an experiment as the run without, seed j of the same
-    experiment as the run with, for every ordered pair of the seeds, for each of the method's two experiments (the
-    run its failure is seen against, the 80/20 rule's, at seed i) -> [(experiment, i, j, verdict or None)]. Two seeds
-    of one run show nothing, so each 'held' here is a false positive; a 'keeps' check (not behind every token) is
-    left out: the rule's claim to test is 'better than the control'."""
-    without, with_ = judged.experiments
-    one = judged._replace(keeps=None)
-    out = []
-    for experiment in judged.experiments:
-        runs = summaries.get(experiment, {})
-        for i in seeds:
-            for j in seeds:
-                if i == j or f"seed{i}" not in runs or f"seed{j}" not in runs:
-                    continue
-                seed = {without: runs[f"seed{i}"], with_: runs[f"seed{j}"]}
-                against = judged.record.failure.against
-                if against in summaries and f"seed{i}" in summaries[against]:
-                    seed[against] = summaries[against][f"seed{i}"]
-                own = spread(summaries, experiment, judged.number.key, seeds)  # the "method" here: this experiment
-                out.append((experiment, i, j, judge(one, seed, own)[0]))
-    return out
+def decision_text(v):
+    """'held' / 'not held' / 'no failure here (present in 1 of 5)' / ...; ': the other way' where the number moved
+    against the claim by the same test."""
+    if v.decision == lessons.NOT_JUDGED:
+        return f"not judged: {v.why}"
+    text = v.decision
+    if v.decision == lessons.NO_FAILURE:
+        text += f" (present in {v.present[0]} of {v.present[1]})"
+    if v.decision == lessons.DID_NOT_ACT:
+        text += f" (acted in {v.acted[0]} of {v.acted[1]})"
+    if v.other_way:
+        text += f"; the other way, p = {p_text(v.p_other)}"
+    if v.decision == lessons.NOT_HELD and v.why and v.why.startswith("behind"):
+        text += f" ({v.why})"
+    return text
 
 
-def side_of(number, rival, own):
-    """'better', 'same' or 'worse' (lessons.Number.against), or None where either run lacks the number."""
-    known = [{k: v for k, v in run.items() if v is not None and v == v} for run in (rival, own)]
-    try:
-        return number.against(*known)
-    except KeyError:
-        return None
+def effect_text(key, v):
+    """'+27 points (95% interval +20 to +33), ahead in 100% of seed pairs; detectable: 8.5 points (5 and 5 seeds)'."""
+    if v.decision == lessons.NOT_JUDGED:
+        return "-"
+    low, high = (size_text(key, x) for x in v.interval)
+    return (f"{size_text(key, v.effect)} ({low} to {high}), ahead in {v.prob:.0%}; detectable "
+            f"{size_text(key, v.detectable, sign=False)} at {v.n[0]} and {v.n[1]} seeds")
 
 
-def counted(results, seeds=None):
-    """'3 of 5' of [(True/False, why not judged)] (a failure present, a mechanism acting), with each seed that could
-    not be judged named."""
-    seeds = seeds or [f"seed{i}" for i in range(len(results))]
-    unjudged = [(s, why) for s, (_, why) in zip(seeds, results) if why]
-    return f"{sum(bool(x) for x, _ in results)} of {len(results)}" + "".join(f"; seed {s[4:]} not judged: {why}"
-                                                                             for s, why in unjudged)
-
-
-def verdict_text(outcome, seeds=None):
-    """'held in 2 of 3' of the seeds judged, then the seeds that were not: 'held in 2 of 3; no failure in 1; cannot
-    detect in 1; seed 4 not judged: ...', or 'no failure in 5 of 5' where none was judged."""
-    seeds = seeds or [f"seed{i}" for i in range(len(outcome))]
-    verdicts = [v for v, _ in outcome]
-    judged = verdicts.count(lessons.HELD) + verdicts.count(lessons.NOT_HELD)
-    parts = [f"held in {verdicts.count(lessons.HELD)} of {judged}"] if judged else []
-    for kind in (lessons.NO_FAILURE, lessons.CANNOT_DETECT):
-        if verdicts.count(kind):
-            parts.append(f"{kind.replace(' here', '')} in {verdicts.count(kind)}"
-                         + ("" if judged else f" of {len(verdicts)}"))
-    parts += [f"seed {s[4:]} not judged: {why}" for s, (_, why) in zip(seeds, outcome) if why]
-    return "; ".join(parts) or "-"
-
-
-def rival_text(rival, sides):
-    """'lag_decoupled_tis (TIS, C = 2): 2 better, 1 same' over the seeds the rival has (- without any): the rival
-    named as its experiment and in words."""
+def rival_text(number, rival, v):
+    """'lag_decoupled_tis (TIS, C = 2): better, p = 0.004' / 'worse, p = ...' / 'no difference seen (p = 0.31)':
+    the method's run against the rival's by the same test, either way."""
     named = f"{rival} ({lessons.LABELS[rival]})" if rival in lessons.LABELS else rival
-    if not sides:
+    if v is None:
         return f"{named}: not run yet"
-    counts = [f"{sides.count(side)} {side}" for side in ("better", "same", "worse") if sides.count(side)]
-    missing = f", {sides.count(None)} not judged" if None in sides else ""
-    return f"{named}: {', '.join(counts) or '-'}{missing}"
+    if v.decision == lessons.NOT_JUDGED:
+        return f"{named}: not judged: {v.why}"
+    if v.p < permutation.ALPHA:
+        side = f"better, p = {p_text(v.p)}"
+    elif v.other_way:
+        side = f"worse, p = {p_text(v.p_other)}"
+    else:
+        side = f"no difference seen (p = {p_text(min(v.p, v.p_other))})"
+    return f"{named}: {side}, {size_text(number.key, v.effect)}"
+
+
+def also_text(j):
+    """'sampled held-out accuracy, end: -47 points, the other way, p = 0.004' of each number shown beside."""
+    out = []
+    for n, v in j.also:
+        if v.decision == lessons.NOT_JUDGED:
+            out.append(f"{lessons.METRICS[n.key]}: not judged: {v.why}")
+            continue
+        way = (f"its way, p = {p_text(v.p)}" if v.p < permutation.ALPHA else
+               f"the other way, p = {p_text(v.p_other)}" if v.other_way else "no move seen")
+        out.append(f"{SHORT_METRICS.get(n.key, lessons.METRICS[n.key])}, {n.side}: {size_text(n.key, v.effect)}, {way}")
+    return "; ".join(out)
+
+
+def seed_effects(judged, j):
+    """Each seed's signed effect, the claim's way, in the number's unit: '+4.1, +2.9, (-0.3)', a seed in brackets
+    where the run without shows no failure; '?' where either run lacks the seed's number."""
+    n, out = judged.number, []
+    for seed, a, b in j.pairs:
+        if not (a and b) or not all(run_folders.is_number(r.get(n.key)) for r in (a, b)):
+            continue
+        x = n.gain(a, b)
+        cell = f"{x * 100:+.2g}" if n.key in lessons.PERCENT else f"{x:+.3g}"
+        out.append(cell if j.failure.get(seed, (True,))[0] else f"({cell})")
+    return ", ".join(out) or "-"
+
+
+def counted(results):
+    """'3 of 5' of {seed: (True/False, why not read)} (a failure present, a mechanism acting), with each seed that
+    could not be read named."""
+    unread = [(s, why) for s, (_, why) in results.items() if why]
+    return f"{sum(bool(x) for x, _ in results.values())} of {len(results)}" + "".join(
+        f"; seed {s[4:]} not read: {why}" for s, why in unread)
 
 
 COST_NAMES = {  # a cost's key -> how a table names it
@@ -472,48 +483,55 @@ def mechanism_cell(judged, j):
     """'the run's largest gradient norm: 79-120 -> 3.9-7.8 (at most half the run without's)'."""
     m = judged.record.mechanism
     key = lambda k: (lambda x: fmt_metric(k, x))  # noqa: E731
-    before = span([a.get(m.without_key or m.key) for a, _ in j.pairs], key(m.without_key or m.key))
-    after = span([b.get(m.key) for _, b in j.pairs], key(m.key))
+    before = span([a.get(m.without_key or m.key) for _, a, _ in j.pairs if a], key(m.without_key or m.key))
+    after = span([b.get(m.key) for _, _, b in j.pairs if b], key(m.key))
     return f"{lessons.METRICS[m.key]}: {before} -> {after} ({m.rule})"
 
 
 def failure_cell(judged, j):
-    """'greedy accuracy's fall from its peak: 21-39% (>= 15 points)': the failure's number in the run without, over
-    the seeds, and its rule."""
+    """'greedy accuracy's fall from its peak: 21-39%': the failure's number in the run without, over the seeds."""
     f = judged.record.failure
-    values = span([a.get(f.key) for a, _ in j.pairs], lambda x: fmt_metric(f.key, x))
+    values = span([a.get(f.key) for _, a, _ in j.pairs if a], lambda x: fmt_metric(f.key, x))
     return f"{lessons.METRICS[f.key]}: {values}"
 
 
-def number_cells(judged, j):
-    """(its number with its rule, exactly as the check asks it; 'without -> with' over the seeds)."""
+def number_cell(judged, j):
+    """'without -> with' over the seeds (each a range)."""
     n = judged.number
     fmt = lambda x: fmt_metric(n.key, x)  # noqa: E731
-    values = [span([pair[i].get(n.key) for pair in j.pairs], fmt) for i in (0, 1)]
-    return judged.rule, f"{values[0]} -> {values[1]}"
+    return " -> ".join(span([pair[i].get(n.key) for pair in j.pairs if pair[i]], fmt) for i in (1, 2))
+
+
+TABLE_HEAD = ("| {first} | for | where | its failure, in the run without | present | its mechanism | acted | its number, "
+              "its way | without -> with | the effect in each seed | verdict | p | the effect (95% interval), ahead in; "
+              "detectable | shown beside | beside its rival | cost |")
 
 
 def judged_rows(collection, summaries, first, only_run=False):
     """The fixes' or the field's table (collection: lessons.FIXES or FIELD), one row each: what it is for and where
     it runs; its failure in the run without it (its number, and in how many seeds it is present); its mechanism and
-    in how many seeds it acted; its number and rule; without -> with by seed; the verdict; beside its rivals; its
-    cost. 'not run yet' where its runs are not there (left out with only_run)."""
-    out = [f"| {first} | for | where | its failure, in the run without | present | its mechanism | acted | its number, "
-           "held when | without -> with, by seed | verdict | beside its rival | cost |", "|---" * 12 + "|"]
+    in how many seeds it acted; its number and its way; without -> with over the seeds; the signed effect in each
+    seed; the verdict and its p; the effect, its interval, the probability of improvement and the detectable effect;
+    the numbers shown beside; against its rivals; its cost. 'not run yet' where its runs are not there (left out
+    with only_run)."""
+    out = [TABLE_HEAD.format(first=first), "|---" * 16 + "|"]
     for name, judged in collection.items():
         j = judgement(judged, summaries)
-        rule = number_cells(judged, j)[0]
+        number = f"{lessons.METRICS[judged.number.key]}, {judged.number.side}"
         if not j.seeds:
             if not only_run:
                 out.append(f"| {name} | {judged.what} | {judged.regime} | {judged.record.failure.rule} | - | "
-                           f"{lessons.METRICS[judged.record.mechanism.key]} | - | {rule} | not run yet | - | - | - |")
+                           f"{lessons.METRICS[judged.record.mechanism.key]} | - | {number} | not run yet |"
+                           + " - |" * 7)
             continue
-        key = judged.number.key
-        cells = ", ".join(f"{fmt_metric(key, a.get(key))} -> {fmt_metric(key, b.get(key))}" for a, b in j.pairs)
+        v = j.verdict
         out.append(f"| {name} | {judged.what} | {judged.regime} | {failure_cell(judged, j)} ({judged.record.failure.rule}) "
-                   f"| {counted(j.failure, j.seeds)} | {mechanism_cell(judged, j)} | {counted(j.mechanism, j.seeds)} | "
-                   f"{rule} | {cells} | {verdict_text(j.outcome, j.seeds)} | "
-                   f"{'; '.join(rival_text(r, v) for r, v in j.rivals.items())} | {cost_text(j) or '-'} |")
+                   f"| {counted(j.failure)} | {mechanism_cell(judged, j)} | {counted(j.mechanism)} | {number} | "
+                   f"{number_cell(judged, j)} | {seed_effects(judged, j)} | {decision_text(v)} | "
+                   f"{p_text(v.p) if v.decision != lessons.NOT_JUDGED else '-'} | {effect_text(judged.number.key, v)} | "
+                   f"{also_text(j) or '-'} | "
+                   f"{'; '.join(rival_text(judged.number, r, rv) for r, rv in j.rivals.items()) or '-'} | "
+                   f"{cost_text(j) or '-'} |")
     return "\n".join(out) if len(out) > 2 else ""
 
 
@@ -529,17 +547,20 @@ def field_table(summaries, only_run=False):
 
 def short_table(collection, summaries, first):
     """One row a fix or method: its failure present (N of M), its mechanism acted, its number without -> with over
-    the seeds, the verdict, beside each rival, and its cost."""
-    out = [f"| {first} | its failure present | its mechanism acted | its number | without -> with | verdict | "
-           "beside its rival | cost |", "|---|---|---|---|---|---|---|---|"]
+    the seeds, the verdict and its p, the effect, beside each rival."""
+    out = [f"| {first} | its failure present | its mechanism acted | its number | without -> with | verdict | p | "
+           "the effect | beside its rival |", "|---|---|---|---|---|---|---|---|---|"]
     for name, judged in collection.items():
         j = judgement(judged, summaries)
-        values = number_cells(judged, j)[1]
+        v = j.verdict
         number = SHORT_METRICS.get(judged.number.key, lessons.METRICS[judged.number.key])
-        out.append(f"| {name} | {counted(j.failure, j.seeds) if j.seeds else '-'} | "
-                   f"{counted(j.mechanism, j.seeds) if j.seeds else '-'} | {number} | "
-                   f"{values if j.seeds else 'not run yet'} | {verdict_text(j.outcome, j.seeds) if j.seeds else '-'} | "
-                   f"{'; '.join(rival_text(r, v) for r, v in j.rivals.items())} | {cost_text(j) or '-'} |")
+        out.append(f"| {name} | {counted(j.failure) if j.seeds else '-'} | "
+                   f"{counted(j.mechanism) if j.seeds else '-'} | {number}, {judged.number.side} | "
+                   f"{number_cell(judged, j) if j.seeds else 'not run yet'} | "
+                   f"{decision_text(v) if j.seeds else '-'} | "
+                   f"{p_text(v.p) if j.seeds and v.decision != lessons.NOT_JUDGED else '-'} | "
+                   f"{size_text(judged.number.key, v.effect) if j.seeds else '-'} | "
+                   f"{'; '.join(rival_text(judged.number, r, rv) for r, rv in j.rivals.items()) or '-'} |")
     return "\n".join(out)
 
 
@@ -576,32 +597,34 @@ def moved(run):
 
 def lesson_table(name, summaries):
     """A lesson seed by seed: its rule and its verdict over the seeds, then a row a seed with its failure in the broken
-    run, its number in each run (the fix's one-change runs too), the verdicts, and what moved first in the broken
-    run."""
+    run, its number in each run (the fix's one-change runs too), the fix's signed effect, and what moved first in the
+    broken run."""
     lesson = lessons.LESSONS[name]
     j = judgement(lesson, summaries)
     if not j.seeds:
         return ""
     names = [*lesson.experiments, *lesson.parts]
     cell = NUMBER_CELLS.get(lesson.number.key, lambda r: fmt_metric(lesson.number.key, r.get(lesson.number.key)))
-    parts = "".join(f" | {lessons.LABELS.get(p, p)} alone" for p in lesson.parts)
-    out = [f"**{name}** ({rule_text(lesson)}): {verdict_text(j.outcome, j.seeds)}", "",
+    out = [f"**{name}** ({rule_text(lesson)}): {decision_text(j.verdict)}, p = {p_text(j.verdict.p)}; "
+           f"{effect_text(lesson.number.key, j.verdict)}", "",
            f"| seed | {names[0]}: its failure | " + " | ".join(f"{n}: {NUMBER_TITLES.get(lesson.number.key, '')}"
                                                             for n in names)
-           + f" | verdict{parts} | moved first in {names[0]} |", "|---|" + "---|" * (len(names) + len(lesson.parts) + 3)]
-    for i, s in enumerate(j.seeds):
-        runs = [summaries.get(n, {}).get(s) for n in names]
-        verdicts = [j.outcome[i], *[j.parts[p][i] if i < len(j.parts[p]) else (None, "no run") for p in lesson.parts]]
-        failure = FAILURE_CELLS.get(lesson.record.failure.key, lambda r: "-")(runs[0])
-        out.append(f"| {s[4:]} | {failure} | " + " | ".join(cell(r) if r else "-" for r in runs) + " | "
-                   + " | ".join(v if v else f"not judged: {why}" for v, why in verdicts)
-                   + f" | {moved(runs[0]) if 'moves' in runs[0] else '-'} |")
+           + f" | the effect | moved first in {names[0]} |", "|---|" + "---|" * (len(names) + 3)]
+    n = lesson.number
+    for s in j.seeds:
+        runs = [summaries.get(e, {}).get(s) for e in names]
+        failure = FAILURE_CELLS.get(lesson.record.failure.key, lambda r: "-")(runs[0]) if runs[0] else "-"
+        effect = "-"
+        if runs[0] and runs[1] and all(run_folders.is_number(r.get(n.key)) for r in runs[:2]):
+            effect = size_text(n.key, n.gain(runs[0], runs[1]))
+        out.append(f"| {s[4:]} | {failure} | " + " | ".join(cell(r) if r else "-" for r in runs) + f" | {effect} | "
+                   f"{moved(runs[0]) if runs[0] and 'moves' in runs[0] else '-'} |")
     return "\n".join(out)
 
 
 def rule_text(judged):
-    """'judged where no clip's greedy accuracy falls 15 points or more from its peak; held where the book's clip
-    ends above it by more than 18 points': the failure that makes a seed count, and the check, as they run."""
+    """'judged where no clip's greedy accuracy falls 15 points or more from its peak; held where the book's clip: ...':
+    the failure the run without must show, and the test, as they run."""
     without, with_ = (lessons.LABELS.get(n, n) for n in judged.experiments)
     return f"judged where {without}: {judged.record.failure.rule}; held where {with_}: {judged.rule}"
 
@@ -813,14 +836,15 @@ def verdict_lines(other):
             parts, differ = [], set()
             for what, a, b in (("failure present", ours_j.failure, theirs_j.failure),
                                ("mechanism acted", ours_j.mechanism, theirs_j.mechanism)):
-                parts.append(f"{what} in {sum(bool(h) for h, _ in a)} of {len(a)} seeds here, "
-                             f"{sum(bool(h) for h, _ in b)} in the record")
-                differ |= {s[4:] for s, x, y in zip(ours_j.seeds, a, b) if x[0] != y[0]}
-            parts.append(f"{verdict_text(ours_j.outcome, ours_j.seeds)} here, "
-                         f"{verdict_text(theirs_j.outcome, theirs_j.seeds)} in the record")
-            differ |= {s[4:] for s, x, y in zip(ours_j.seeds, ours_j.outcome, theirs_j.outcome) if x[0] != y[0]}
+                parts.append(f"{what} in {sum(bool(h) for h, _ in a.values())} of {len(a)} seeds here, "
+                             f"{sum(bool(h) for h, _ in b.values())} in the record")
+                differ |= {s[4:] for s in a if s in b and a[s][0] != b[s][0]}
+            ours_v, theirs_v = ours_j.verdict, theirs_j.verdict
+            parts.append(f"{decision_text(ours_v)} here, {decision_text(theirs_v)} in the record")
+            same = ours_v.decision == theirs_v.decision and ours_v.other_way == theirs_v.other_way
             out.append(f"{name}{f' ({rounding})' if rounding != 'plain' else ''}: {'; '.join(parts)}: "
-                       + (f"DIFFERS (seed{'s' * (len(differ) > 1)} {', '.join(sorted(differ))})" if differ else "agrees"))
+                       + ("agrees" if same and not differ else "DIFFERS" + (
+                           f" (seed{'s' * (len(differ) > 1)} {', '.join(sorted(differ))})" if differ else "")))
     head = (f"The record's runs came from {'; '.join(theirs)}; these {len(other)} ran on {'; '.join(ours)}. A float "
             "summed in another order changes every number from the first steps, so they are compared by their "
             "lessons', fixes' and variants' verdicts, not number by number")
@@ -880,8 +904,8 @@ def headline(name, summaries):
     key, fkey = lesson.number.key, lesson.record.failure.key
     lb, lf = (lessons.LABELS.get(n, n) for n in lesson.experiments)
     fmt = lambda k: (lambda x: fmt_metric(k, x))  # noqa: E731
-    values = [span([pair[i].get(key) for pair in j.pairs], fmt(key)) for i in (0, 1)]
-    return (f"{lb}: {lessons.METRICS[fkey]} {span([a.get(fkey) for a, _ in j.pairs], fmt(fkey))}, "
+    values = [span([pair[i].get(key) for pair in j.pairs if pair[i]], fmt(key)) for i in (1, 2)]
+    return (f"{lb}: {lessons.METRICS[fkey]} {span([a.get(fkey) for _, a, _ in j.pairs if a], fmt(fkey))}, "
             f"{lessons.METRICS[key]} {values[0]}; {lf}: {values[1]}")
 
 
@@ -912,26 +936,26 @@ def where_recorded(records, names):
 
 
 def verdict_part(records, args, _):
-    """`verdict LESSON`: one line, the lesson's mechanism and its verdict over its seed x rounding pairs (and by
-    rounding, where other roundings are recorded), its failure's, its one-change runs', and the machine its runs ran
-    on; `verdict LESSON table`: beneath it, a row for each run (its number and its mechanism over the seeds), the
-    one-change runs' and the rivals' included."""
+    """`verdict LESSON`: one line, the lesson's mechanism and its verdict over its seeds, with its p, its effect, its
+    interval, the probability of improvement and the detectable effect; its failure's, its one-change runs', the
+    numbers shown beside, and the machine its runs ran on; `verdict LESSON table`: beneath it, a row for each run (its
+    number and its mechanism over the seeds), the one-change runs' and the rivals' included."""
     lesson = lesson_of(args[0])
-    pairs = pairs_from_results(records)
-    j = judgement(lesson, pairs)
-    roundings = list(dict.fromkeys(s.split()[1] if " " in s else "plain" for s in j.seeds))
-    by = lambda verdicts, rd: [v for s, v in zip(j.seeds, verdicts) if (s.split()[1:] or ["plain"])[0] == rd]  # noqa: E731
-    unit = "seeds" if roundings == ["plain"] else "seed x rounding pairs"
-    each = "" if roundings == ["plain"] else " (" + ", ".join(f"{rd} {verdict_text(by(j.outcome, rd))}"
-                                                               for rd in roundings) + ")"
+    summaries = summaries_from_results(records)
+    j = judgement(lesson, summaries)
+    v, key = j.verdict, lesson.number.key
     mechanism, finds = lesson.words
-    alone = "; ".join(f"{lessons.LABELS.get(p, p)} alone: {verdict_text(v)}" for p, v in j.parts.items())
-    line = (f"**{mechanism} in {counted(j.mechanism)} {unit}; {finds}: {verdict_text(j.outcome)}**{each}. Its failure "
-            f"was there in {counted(j.failure)}{'. One change of the two: ' + alone if alone else ''}. On "
-            f"{where_recorded(records, lesson.experiments)}.\n")
+    alone = "; ".join(f"{lessons.LABELS.get(p, p)} alone: {decision_text(pv)}, p = {p_text(pv.p)}, "
+                      f"{size_text(key, pv.effect)}" for p, pv in j.parts.items())
+    also = also_text(j)
+    p = f", p = {p_text(v.p)}" if v.decision != lessons.NOT_JUDGED else ""
+    line = (f"**{mechanism} in {counted(j.mechanism)} seeds; {finds}: {decision_text(v)}{p}**. "
+            f"{'Its effect: ' + effect_text(key, v) + '. ' if v.decision != lessons.NOT_JUDGED else ''}"
+            f"Its failure was there in {counted(j.failure)}{'. One change of the two: ' + alone if alone else ''}"
+            f"{'. Beside it, ' + also if also else ''}. On {where_recorded(records, lesson.experiments)}.\n")
     if args[1:] != ["table"]:
         return line
-    return line + "\n" + lesson_runs_table(lesson, summaries_from_results(records)) + "\n"
+    return line + "\n" + lesson_runs_table(lesson, summaries) + "\n"
 
 
 def lesson_runs_table(lesson, summaries):
@@ -970,23 +994,20 @@ def field_part(records, args, _):
 
 
 def rules_part(records, args, _):
-    """`rules`: each lesson's, fix's and method's rule as the record tests it: its number and its way, the margin set
-    from the run without it (its seeds 0-4) and the method's own seeds' spread (0-2), the larger of which a verdict
-    asks; how many of the 12 ordered pairs of seeds of one configuration pass the rule (two seeds of one run: each a
-    false positive); and the smallest effect it sees in every seed (that margin plus the run without's spread)."""
+    """`rules`: each lesson's, fix's and method's test as the record runs it: its number and its way, the smallest
+    effect worth detecting on it, the seeds its runs need (lessons.seeds_for, from the run without's seeds 0-4) and
+    the seeds each has, and the effect the test detects with 80% power at those seeds."""
     summaries = summaries_from_results(records)
-    out = ["| item | its number, its way | margin: the run without's seeds | the method's own seeds | two seeds of one "
-           "run pass it | it sees in every seed an effect of |", "|---|---|---|---|---|---|"]
+    out = ["| item | its number, its way | worth detecting | seeds it needs (from the run without's 0-4) | seeds run "
+           "(without, with) | detectable at them, 80% power |", "|---|---|---|---|---|---|"]
     for name, judged in lessons.judged():
-        n = judged.number
-        _, seeds = margin_needed(judged, summaries)
-        own = spread(summaries, judged.experiments[1], n.key, PAIR_SEEDS)
-        pairs = same_run_verdicts(judged, summaries)
-        held = sum(v == lessons.HELD for *_, v in pairs)
-        fmt = lambda x: lessons.margin_text(n.key, x) if math.isfinite(x) else "-"  # noqa: E731
-        out.append(f"| {name} | {SHORT_METRICS.get(n.key, lessons.METRICS[n.key])}, {n.side} | {fmt(n.margin)} "
-                   f"({seeds} of {judged.experiments[0]}) | {fmt(own)} | {held} of {len(pairs)} | "
-                   f"{fmt(detectable(judged, summaries))} |")
+        n, j = judged.number, judgement(judged, summaries)
+        v = j.verdict
+        needs, read = seeds_needed(judged, summaries)
+        run = f"{v.n[0]}, {v.n[1]}" if v.decision != lessons.NOT_JUDGED else v.why
+        out.append(f"| {name} | {SHORT_METRICS.get(n.key, lessons.METRICS[n.key])}, {n.side} | "
+                   f"{size_text(n.key, n.worth, sign=False)} | {needs if needs else f'- ({read} of 5 read)'} | {run} | "
+                   f"{size_text(n.key, v.detectable, sign=False) if v.decision != lessons.NOT_JUDGED else '-'} |")
     return "\n".join(out) + "\n"
 
 
@@ -1078,16 +1099,15 @@ def stale_part(records, args, _):
 
 
 def roundings_part(records, args, _):
-    """`roundings`: each numbered lesson's verdict under each rounding recorded, and over all the seed x rounding
-    pairs."""
+    """`roundings`: each numbered lesson's verdict under each rounding recorded, each over that rounding's seeds."""
     names = [n for n in provenance.ROUNDINGS if any(r["rounding"] == n for r in records)]
-    out = ["| lesson | " + " | ".join(names) + " | all pairs |", "|---|" + "---|" * (len(names) + 1)]
+    out = ["| lesson | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for lesson, number in sorted(lessons.NUMBERED.items(), key=lambda x: x[1]):
         judged = lessons.LESSONS[lesson]
         each = [judgement(judged, summaries_from_results(records, n)) for n in names]
-        cells = [verdict_text(j.outcome, j.seeds) if j.seeds else "-" for j in each]
-        every = [v for j in each for v in j.outcome]
-        out.append(f"| {number}. {lesson} | " + " | ".join(cells) + f" | {verdict_text(every)} |")
+        cells = [f"{decision_text(j.verdict)}, p = {p_text(j.verdict.p)}" if j.seeds and j.verdict.decision !=
+                 lessons.NOT_JUDGED else decision_text(j.verdict) if j.seeds else "-" for j in each]
+        out.append(f"| {number}. {lesson} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -1115,8 +1135,8 @@ def rule_part(records, args, _):
     them (no runs needed)."""
     judged = lesson_of(args[0])
     without, with_ = (lessons.LABELS.get(n, n) for n in judged.experiments)
-    return (f"*A seed is judged where* {without}: {judged.record.failure.rule}; *it holds where* {with_}: "
-            f"{judged.rule}.\n")
+    return (f"*The failure, seed by seed:* {without}: {judged.record.failure.rule}. *The test:* {with_} against "
+            f"{without}, {judged.rule}, over {judged.seeds} seeds of each.\n")
 
 
 def header_part(records, args, _):
