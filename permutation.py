@@ -12,9 +12,10 @@ least the one observed (252 ways at 5 and 5; 3 seeds all below 5 others give p =
 by construction, whatever the numbers' distribution. With mean(chosen) - mean(rest) increasing in sum(chosen), the
 test counts the sums of the chosen seeds.
 
-The numbers are first put on one integer grid: each rounded to a millionth of the largest magnitude among them
-(`on_grid`). Every sum is then an exact integer, so a tie is a tie on any CPU and the pages' numbers are the same
-wherever they are written; the grid moves no verdict, since a millionth is far below any effect the runs show.
+The numbers are first put on one integer grid: each rounded at the sixth significant digit of the largest magnitude
+among them, the digits results.jsonl keeps (`on_grid`). Every sum is then an exact integer, so a tie is a tie on any
+CPU and the pages' numbers are the same wherever they are written; the grid moves no verdict, since a millionth of a
+number is far below any effect the runs show.
 This file is plain Python and NumPy on integers; it imports nothing of the project.
 """
 import functools
@@ -31,8 +32,9 @@ MIN_SEEDS = 5  # a run with fewer is not judged: 3 against 3 cannot reach p < 0.
 
 
 def on_grid(*samples):
-    """The samples as integers on one grid -> (lists of ints, the grid's step as a float): each value rounded to a
-    millionth of the largest |value| of all of them (an exact decimal rounding, the same on every machine)."""
+    """The samples as integers on one grid -> (lists of ints, the grid's step as a float): each value rounded at the
+    sixth significant digit of the largest |value| of all of them (an exact decimal rounding, the same on every
+    machine)."""
     largest = max((abs(x) for s in samples for x in s), default=0.0)
     exponent = math.floor(math.log10(largest)) - 5 if largest > 0 else 0
     step = Decimal(10) ** exponent

@@ -381,7 +381,8 @@ def size_text(key, x, sign=True):
     if x is None or not math.isfinite(x):
         return "inf" if x == math.inf else "-"
     if key in lessons.PERCENT:
-        return f"{x * 100:{'+' if sign else ''}.2g} points"
+        points = f"{x * 100:{'+' if sign else ''}.2g}"
+        return f"{points} point{'s' * (points.lstrip('+-') != '1')}"
     unit = {"entropy": " nats", "think_half_step": " steps", "distinct_final": " answers"}.get(key, "")
     return f"{x:{'+' if sign else ''}.3g}{unit}"
 
@@ -455,6 +456,11 @@ def seed_effects(judged, j):
     return ", ".join(out) or "-"
 
 
+def both_ran(j):
+    """A Judgement with a seed that both of its runs have."""
+    return any(a and b for _, a, b in j.pairs)
+
+
 def counted(results):
     """'3 of 5' of {seed: (True/False, why not read)} (a failure present, a mechanism acting), with each seed that
     could not be read named."""
@@ -518,7 +524,7 @@ def judged_rows(collection, summaries, first, only_run=False):
     for name, judged in collection.items():
         j = judgement(judged, summaries)
         number = f"{lessons.METRICS[judged.number.key]}, {judged.number.side}"
-        if not j.seeds:
+        if not both_ran(j):
             if not only_run:
                 out.append(f"| {name} | {judged.what} | {judged.regime} | {judged.record.failure.rule} | - | "
                            f"{lessons.METRICS[judged.record.mechanism.key]} | - | {number} | not run yet |"
@@ -577,7 +583,7 @@ PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "sampled_drop
                    "mean_neg_far_frac", "eval_low", "final", "eval_mean", "entropy_peak_share", "mean_clip_frac",
                    "mean_clip_frac_high", "mean_is_masked_frac", "mean_rejected_frac", "mean_off_policy_masked_frac",
                    "mean_low_entropy_frac", "reward_kept", "mean_reward_collapse_frac",
-                   "early_reward_collapse_frac"}
+                   "early_reward_collapse_frac", "low_after_peak", "mean_think_clip_frac"}
 
 
 def fmt_metric(key, value):
@@ -605,8 +611,9 @@ def lesson_table(name, summaries):
         return ""
     names = [*lesson.experiments, *lesson.parts]
     cell = NUMBER_CELLS.get(lesson.number.key, lambda r: fmt_metric(lesson.number.key, r.get(lesson.number.key)))
-    out = [f"**{name}** ({rule_text(lesson)}): {decision_text(j.verdict)}, p = {p_text(j.verdict.p)}; "
-           f"{effect_text(lesson.number.key, j.verdict)}", "",
+    v = j.verdict
+    found = f", p = {p_text(v.p)}; {effect_text(lesson.number.key, v)}" if v.decision != lessons.NOT_JUDGED else ""
+    out = [f"**{name}** ({rule_text(lesson)}): {decision_text(v)}{found}", "",
            f"| seed | {names[0]}: its failure | " + " | ".join(f"{n}: {NUMBER_TITLES.get(lesson.number.key, '')}"
                                                             for n in names)
            + f" | the effect | moved first in {names[0]} |", "|---|" + "---|" * (len(names) + 3)]
@@ -831,7 +838,7 @@ def verdict_lines(other):
                 there.setdefault(r["experiment"], {})[f"seed{r['seed']}"] = r["summary"]
         for name, judged in lessons.judged():
             ours_j, theirs_j = judgement(judged, here), judgement(judged, there)
-            if not ours_j.seeds:
+            if not both_ran(ours_j):  # no seed of both runs here: no pair to judge
                 continue
             parts, differ = [], set()
             for what, a, b in (("failure present", ours_j.failure, theirs_j.failure),

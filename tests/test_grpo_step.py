@@ -304,6 +304,25 @@ def test_a_step_logs_the_clip_on_its_think_tokens(enc, tiny_model, digit_reward)
     assert "think_clip_frac" in logged
 
 
+def test_a_whole_step_logs_the_kl_gradients_bias_of_the_term_kl_reweight_makes(enc, tiny_model, digit_reward):
+    """kl_grad_bias as a step logs it, not as its function returns it: k3 re-weighted by pi / pi_old has the gradient
+    of k2 in expectation over pi_old's samples, the exact KL's (field_methods.kl_grad_bias: k + f = log pi - log
+    pi_ref), so a step under --kl-reweight logs 0; without the flag, k3's own bias, that of KL(pi_ref || pi), which a
+    reference 0.3 nats a token away makes far from 0. A step that dropped the flag on its way to the log would log
+    the second number under the first's flags."""
+    policy, ref = tiny_model(0), tiny_model(1).requires_grad_(False)
+    logged = {}
+    for reweight in (True, False):
+        cfg = GRPOConfig(group_size=4, max_new_tokens=6, mu=1, kl=0.5, exact_kl=True, kl_estimator="k3",
+                         kl_reweight=reweight)
+        opt = torch.optim.Adam(policy.parameters(), lr=0.0)  # no move: both steps read the same policy
+        stream = tasks.problems("easy", 0)
+        logged[reweight] = logged_step(policy, ref, opt, enc, lambda: next(stream), 4, cfg,
+                                       torch.Generator().manual_seed(0))[1]["kl_grad_bias"]
+    assert logged[True] == pytest.approx(0.0, abs=1e-5)
+    assert logged[False] > 0.05
+
+
 def test_step_stats_match_the_direct_formulas():
     """StepStats defers every reduction to one call; in one process its numbers are the
     plain torch ones: masked mean, x.std(), masked min / max with their defaults, counts,

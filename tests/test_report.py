@@ -206,36 +206,39 @@ def write_curve(folder, evals, machine="x86_64, 2 CPUs (AMD EPYC), AVX512", roun
 
 def test_check_compares_numbers_on_the_records_machine_and_verdicts_under_another_rounding_or_machine(tmp_path):
     """On the record's machine and rounding: number by number. Under another rounding (runs/exp-avx2), or on
-    another machine: where each side ran, and each lesson's verdict here against the record's, seed by seed."""
+    another machine: where each side ran, and each lesson's verdict here against the record's, over its seeds."""
     broken, fixed = lessons.LESSONS["instability"].experiments
-    records = [report.run_record(name, 0, write_curve(tmp_path / "exp" / name / "seed0", evals), [])
-               for name, evals in ((broken, [0.3, 0.7, 0.3]), (fixed, [0.3, 0.7, 0.7]))]  # held: falls 40 points
-    lines, checked = report.check_runs(records, str(tmp_path / "exp"))
-    assert checked == 2 and [line.split(" (")[0] for line in lines] == [f"{broken} seed 0: as recorded",
-                                                                         f"{fixed} seed 0: as recorded"]
-    for name, evals in ((broken, [0.3, 0.7, 0.65]), (fixed, [0.3, 0.7, 0.7])):  # under avx2 the broken run holds up
-        write_curve(tmp_path / "exp-avx2" / name / "seed0", evals, rounding="avx2")
+    seeds = range(5)
+
+    def runs(root, broken_end, fixed_end, **kw):  # five seeds of each run, ending a point apart
+        return {(name, s): write_curve(root / name / f"seed{s}", [0.3, 0.7, end + s / 100], **kw)
+                for name, end in ((broken, broken_end), (fixed, fixed_end)) for s in seeds}
+
+    records = [report.run_record(name, s, folder, []) for (name, s), folder in runs(tmp_path / "exp", 0.3, 0.7).items()]
+    lines, checked = report.check_runs(records, str(tmp_path / "exp"))  # held: the broken runs fall 40 points
+    assert checked == 10 and [line.split(" (")[0] for line in lines[:2]] == [f"{broken} seed 0: as recorded",
+                                                                             f"{broken} seed 1: as recorded"]
+    runs(tmp_path / "exp-avx2", 0.65, 0.7, rounding="avx2")  # under avx2 the broken runs hold up
     shutil.rmtree(tmp_path / "exp" / broken)
     lines, checked = report.check_runs(records, str(tmp_path / "exp"))
-    assert checked == 3  # the fixed run at plain, both under avx2 (against the record's plain runs)
+    assert checked == 15  # the fixed runs at plain, both under avx2 (against the record's plain runs)
     assert lines[0].startswith(f"{fixed} seed 0: as recorded (")
-    assert lines[1] == ("The record's runs came from x86_64, 2 CPUs (AMD EPYC), AVX512 (plain); these 2 ran on x86_64, "
+    assert lines[5] == ("The record's runs came from x86_64, 2 CPUs (AMD EPYC), AVX512 (plain); these 10 ran on x86_64, "
                         "2 CPUs (AMD EPYC), AVX512 (avx2). A float summed in another order changes every number from the "
                         "first steps, so they are compared by their lessons', fixes' and variants' verdicts, not number "
                         "by number:")
-    assert lines[2] == ("instability (avx2): failure present in 0 of 1 seeds here, 1 in the record; mechanism acted in 0 "
-                        "of 1 seeds here, 0 in the record; no failure in 1 of 1 here, held in 1 of 1 in the record: "
-                        "DIFFERS (seed 0)")
+    assert lines[6] == ("instability (avx2): failure present in 0 of 5 seeds here, 5 in the record; mechanism acted in 0 "
+                        "of 5 seeds here, 0 in the record; no failure here (present in 0 of 5) here, held in the record: "
+                        "DIFFERS (seeds 0, 1, 2, 3, 4)")
     shutil.rmtree(tmp_path / "exp-avx2")  # the same runs on another machine, at plain
-    for name, evals in ((broken, [0.3, 0.7, 0.35]), (fixed, [0.3, 0.7, 0.72])):
-        shutil.rmtree(tmp_path / "exp" / name, ignore_errors=True)
-        write_curve(tmp_path / "exp" / name / "seed0", evals, machine="arm64, 8 CPUs, NEON", edited=["grpo.py"])
+    shutil.rmtree(tmp_path / "exp")
+    runs(tmp_path / "exp", 0.35, 0.72, machine="arm64, 8 CPUs, NEON", edited=["grpo.py"])
     lines, _ = report.check_runs(records, str(tmp_path / "exp"))
     assert lines[0] == f"{broken} seed 0: ran with grpo.py edited, not commit abc's code"
-    assert "these 2 ran on arm64, 8 CPUs, NEON (plain)" in lines[2]
-    assert lines[-1] == ("instability: failure present in 1 of 1 seeds here, 1 in the record; mechanism acted in 0 of 1 "
-                         "seeds here, 0 in the record; held in 1 of 1 here, held in 1 of 1 in the record: agrees")
-    shutil.rmtree(tmp_path / "exp" / fixed)  # the broken run alone: no pair to judge, and check says so to the end
+    assert "these 10 ran on arm64, 8 CPUs, NEON (plain)" in lines[10]
+    assert lines[-1] == ("instability: failure present in 5 of 5 seeds here, 5 in the record; mechanism acted in 0 of 5 "
+                         "seeds here, 0 in the record; held here, held in the record: agrees")
+    shutil.rmtree(tmp_path / "exp" / fixed)  # the broken runs alone: no pair to judge, and check says so to the end
     lines, _ = report.check_runs(records, str(tmp_path / "exp"))
     assert lines[-1].endswith("not number by number. They make up no lesson's, fix's or variant's pair, so there is no "
                               "verdict to compare.")
@@ -255,17 +258,24 @@ def test_the_drops_part_gives_each_experiments_fall_over_its_seeds():
 
 
 def test_a_lesson_part_shows_one_roundings_seeds():
+    """Each rounding's five seeds judged apart: at plain the fix ends 40 points above a run that fell; under avx2 the
+    run without never fell (no failure here); under threads2 the fix sits level with it (not held). Each seed's row
+    gives its signed effect."""
     broken, fixed = lessons.LESSONS["instability"].experiments
-    rec = lambda name, final, rounding: {"experiment": name, "seed": 0, "rounding": rounding,  # noqa: E731
-                                         "summary": {"peak": 0.7, "peak_step": 50, "final": final, "drop": 0.7 - final,
-                                                     "moves": {}}}
-    below = 0.5 + lessons.LESSONS["instability"].number.margin / 2  # a gain of half the margin
-    records = [rec(broken, 0.3, "plain"), rec(fixed, 0.7, "plain"), rec(broken, 0.65, "avx2"), rec(fixed, 0.7, "avx2"),
-               rec(broken, 0.5, "threads2"), rec(fixed, below, "threads2")]
+    rec = lambda name, seed, final, rounding: {  # noqa: E731
+        "experiment": name, "seed": seed, "rounding": rounding,
+        "summary": {"peak": 0.7, "peak_step": 50, "final": final + seed / 100, "drop": 0.7 - final - seed / 100,
+                    "moves": {}}}
+    records = [rec(name, s, final, rounding) for name, final, rounding in (
+        (broken, 0.3, "plain"), (fixed, 0.7, "plain"), (broken, 0.65, "avx2"), (fixed, 0.66, "avx2"),
+        (broken, 0.5, "threads2"), (fixed, 0.5, "threads2")) for s in range(5)]
     plain, avx2, threads = (report.lesson_part(records, ["instability", *r], "") for r in ([], ["avx2"], ["threads2"]))
-    assert "| 0 | greedy falls 40% | 70.0% (50) -> 30.0% | 70.0% (50) -> 70.0% | held |" in plain
-    assert "| 0 | greedy falls 5% | 70.0% (50) -> 65.0% | 70.0% (50) -> 70.0% | no failure here |" in avx2
-    assert f"| 0 | greedy falls 20% | 70.0% (50) -> 50.0% | 70.0% (50) -> {below:.1%} | not held |" in threads
+    assert ": held, p = 0.004; +40 points (+38 points to +42 points), ahead in 100%; detectable 2.8 points at 5 and 5 " \
+        "seeds" in plain
+    assert "| 0 | greedy falls 40% | 70.0% (50) -> 30.0% | 70.0% (50) -> 70.0% | +40 points |" in plain
+    assert ": no failure here (present in 0 of 5), p = 0.222; +1 point (" in avx2 and "| 1 | greedy falls 4% |" in avx2
+    assert ": not held, p = 0.587;" in threads and "| 0 | greedy falls 20% | 70.0% (50) -> 50.0% | 70.0% (50) -> " \
+        "50.0% | +0 points |" in threads
 
 
 def test_the_times_part_adds_each_suites_recorded_minutes_and_halves_them_for_two_jobs():
