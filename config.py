@@ -3,7 +3,7 @@
     python train.py --help                       # the flags, grouped as below, with these defaults
     python train.py --recipe dapo --print-config # a recipe's resolved flags, without training
 
-A field's default here is its only default: cli.py makes `--field-name` from it (`knob`),
+A field's default here is its only default: cli.py makes `--field-name` from it (`flag`),
 so edit a value and `python train.py` follows. grpo.py reads the fields as `cfg.<name>`;
 nothing else in this file runs, so importing it has no side effects.
 
@@ -20,7 +20,7 @@ lr 1e-4 with Adam (the papers use 1e-6 with AdamW, the book 1e-5), and 8 answers
 from dataclasses import dataclass, field
 
 
-def knob(group, default, help, choices=None, type=None, inf=None):
+def flag(group, default, help, choices=None, type=None, inf=None):
     """A GRPOConfig field and its command-line flag: cli.py makes `--field-name` from it, so
     the default here is the only one. inf: what the value inf means, for a float field where it
     means something (its help says so; inf anywhere else, and nan anywhere, is refused)."""
@@ -31,132 +31,136 @@ def knob(group, default, help, choices=None, type=None, inf=None):
 @dataclass
 class GRPOConfig:
     # rollouts
-    group_size: int = knob("rollouts", 8, "G: completions per prompt")
-    max_new_tokens: int = knob("rollouts", 40, "completion length cap (L_max)")
-    temperature: float = knob("rollouts", 1.0, "sampling temperature")
-    top_p: float = knob("rollouts", 1.0, "nucleus sampling")
-    top_k: int = knob("rollouts", 0, "top-k sampling (0: off)")
-    learner_temperature: float = knob("rollouts", None, "temperature of the learner's log-probs (pi_theta, pi_old, "
+    group_size: int = flag("rollouts", 8, "G: completions per prompt")
+    max_new_tokens: int = flag("rollouts", 40, "completion length cap (L_max)")
+    temperature: float = flag("rollouts", 1.0, "sampling temperature")
+    top_p: float = flag("rollouts", 1.0, "nucleus sampling")
+    top_k: int = flag("rollouts", 0, "top-k sampling (0: off)")
+    learner_temperature: float = flag("rollouts", None, "temperature of the learner's log-probs (pi_theta, pi_old, "
                                       "pi_ref); default: --temperature (the book: 1)", type=float)
-    sampler_dtype: str = knob("rollouts", "float32", "the sampler's weights: bfloat16 samples from a bf16 copy of the "
+    sampler_dtype: str = flag("rollouts", "float32", "the sampler's weights: bfloat16 samples from a bf16 copy of the "
                               "policy beside the fp32 learner, as a vLLM sampler beside a trainer does; int8 / fp8 "
                               "from a copy fake-quantized to 8 bits per output channel (8-bit rollouts)",
                               ["float32", "bfloat16", "int8", "fp8"])
     # rewards
-    format_weight: float = knob("rewards", 0.0, "w in reward = correct + w * format")
-    format_check: str = knob("rewards", "strict", "ours (one non-empty think block, then the answer), the "
+    format_weight: float = flag("rewards", 0.0, "w in reward = correct + w * format")
+    format_check: str = flag("rewards", "strict", "ours (one non-empty think block, then the answer), the "
                              "book's 7_6 (<think> before </think>), or its gdpo.py's (a \\boxed{} answer)",
                              ["strict", "book", "boxed"])
-    gated: bool = knob("rewards", False, "format reward only for correct answers")
-    overlong_cache: int = knob("rewards", 0, "DAPO soft overlong penalty over the last N tokens (0: off)")
+    gated: bool = flag("rewards", False, "format reward only for correct answers")
+    overlong_cache: int = flag("rewards", 0, "DAPO soft overlong penalty over the last N tokens (0: off)")
     # advantages and sampling
-    adv_norm: str = knob("advantages and sampling", "group", "divide by the std of the group, the batch, or not (Dr. GRPO)",
+    adv_norm: str = flag("advantages and sampling", "group", "divide by the std of the group, the batch, or not (Dr. GRPO)",
                          ["group", "batch", "none"])
-    baseline: str = knob("advantages and sampling", "group", "what each reward is compared with: its group's mean, then "
+    baseline: str = flag("advantages and sampling", "group", "what each reward is compared with: its group's mean, then "
                          "--adv-norm (GRPO); the mean of the other G - 1 answers, undivided (leave_one_out: RLOO, "
                          "Ahmadian et al. 2024; verl's rloo); the batch's mean over its tokens, divided by their std "
                          "(batch: REINFORCE++, Hu 2025; verl's reinforce_plus_plus); or none at all, the reward itself (REINFORCE, "
                          "the run RLOO's source compares with)", ["group", "leave_one_out", "batch", "none"])
-    adv_clip: float = knob("advantages and sampling", 0.0, "C: clamp each advantage to [-C, C], so that one right answer "
+    adv_clip: float = flag("advantages and sampling", 0.0, "C: clamp each advantage to [-C, C], so that one right answer "
                            "in a group of wrong ones weighs at most C (0: off)")
-    reward_norm: str = knob("advantages and sampling", "sum_then_norm", "normalise the summed reward, or each term "
+    reward_norm: str = flag("advantages and sampling", "sum_then_norm", "normalise the summed reward, or each term "
                             "first (GDPO)", ["sum_then_norm", "norm_then_sum"])
-    dynamic_sampling: bool = knob("advantages and sampling", False, "DAPO: drop groups with equal rewards, draw more")
-    max_sampling_rounds: int = knob("advantages and sampling", 3, "rollout rounds per step with dynamic sampling")
+    dynamic_sampling: bool = flag("advantages and sampling", False, "DAPO: drop groups with equal rewards, draw more")
+    max_sampling_rounds: int = flag("advantages and sampling", 3, "rollout rounds per step with dynamic sampling")
     # objective
-    mu: int = knob("objective", 2, "epochs: passes over each step's rollouts, each of --minibatches optimizer steps "
+    mu: int = flag("objective", 2, "epochs: passes over each step's rollouts, each of --minibatches optimizer steps "
                    "(the ratio moves away from 1 after the first step)")
-    minibatches: int = knob("objective", 1, "K: optimizer steps per epoch, each on 1/K of the groups (K * mu per step)")
-    resample_epochs: bool = knob("objective", False, "each epoch after the first samples fresh answers to the same "
+    minibatches: int = flag("objective", 1, "K: optimizer steps per epoch, each on 1/K of the groups (K * mu per step)")
+    resample_epochs: bool = flag("objective", False, "each epoch after the first samples fresh answers to the same "
                                  "prompts from a frozen copy of pi_old (the book's --inner_epochs)")
-    clip: float = knob("objective", 0.2, "eps_low of the clipped ratio", inf="no clipping")
-    clip_high: float = knob("objective", None, "eps_high (DAPO clip-higher); default: --clip", type=float,
+    clip: float = flag("objective", 0.2, "eps_low of the clipped ratio", inf="no clipping")
+    clip_high: float = flag("objective", None, "eps_high (DAPO clip-higher); default: --clip", type=float,
                             inf="no clipping above")
-    dual_clip: float = knob("objective", 0.0, "dual-clip constant c > 1 for negative advantages (0: off)")
-    objective: str = knob("objective", "ppo", "PPO's clipped surrogate, CISPO's clipped weights, the book's "
+    dual_clip: float = flag("objective", 0.0, "dual-clip constant c > 1 for negative advantages (0: off)")
+    objective: str = flag("objective", "ppo", "PPO's clipped surrogate, CISPO's clipped weights, the book's "
                           "torch.where form, or the field's (field_methods.py): SAPO's sigmoid gate (TRL sapo, verl "
                           "sapo); GMPO's geometric mean, --clip in log space (verl geo_mean; GMPO: 0.4); DPPO's trust "
                           "region on the probability's move from the sampler, --clip its TV (0.15) or binary KL "
                           "(0.05) bound (verl dppo_tv, dppo_kl); VESPO's Gamma weight of each answer's ratio (TRL vespo; "
                           "token_mean). Each field objective wants its sources' value typed, or its --recipe",
                           ["ppo", "cispo", "book", "sapo", "gmpo", "dppo_tv", "dppo_kl", "vespo"])
-    sapo_tau_pos: float = knob("objective", 1.0, "SAPO's gate temperature where A > 0 (TRL sapo_temperature_pos, verl "
+    sapo_tau_pos: float = flag("objective", 1.0, "SAPO's gate temperature where A > 0 (TRL sapo_temperature_pos, verl "
                                "tau_pos: 1.0)")
-    sapo_tau_neg: float = knob("objective", 1.05, "SAPO's gate temperature where A <= 0 (TRL sapo_temperature_neg, "
+    sapo_tau_neg: float = flag("objective", 1.05, "SAPO's gate temperature where A <= 0 (TRL sapo_temperature_neg, "
                                "verl tau_neg: 1.05)")
-    vespo_k_pos: float = knob("objective", 2.0, "VESPO's k where A >= 0: phi(w) = e^lambda w^k e^(-lambda w) (TRL "
+    vespo_k_pos: float = flag("objective", 2.0, "VESPO's k where A >= 0: phi(w) = e^lambda w^k e^(-lambda w) (TRL "
                               "vespo_k_pos and the authors' code: 2)")
-    vespo_lambda_pos: float = knob("objective", 3.0, "VESPO's lambda where A >= 0 (TRL vespo_lambda_pos: 3)")
-    vespo_k_neg: float = knob("objective", 3.0, "VESPO's k where A < 0 (TRL vespo_k_neg: 3)")
-    vespo_lambda_neg: float = knob("objective", 2.0, "VESPO's lambda where A < 0 (TRL vespo_lambda_neg: 2)")
-    ratio_level: str = knob("objective", "token", "token (GRPO), gspo, or the book's summed sequence ratio",
+    vespo_lambda_pos: float = flag("objective", 3.0, "VESPO's lambda where A >= 0 (TRL vespo_lambda_pos: 3)")
+    vespo_k_neg: float = flag("objective", 3.0, "VESPO's k where A < 0 (TRL vespo_k_neg: 3)")
+    vespo_lambda_neg: float = flag("objective", 2.0, "VESPO's lambda where A < 0 (TRL vespo_lambda_neg: 2)")
+    ratio_level: str = flag("objective", "token", "token (GRPO), gspo, or the book's summed sequence ratio",
                             ["token", "gspo", "sequence"])
-    kl: float = knob("objective", 0.0, "beta: KL penalty to the warm-start policy")
-    kl_estimator: str = knob("objective", "k3", "Schulman's KL estimator; k3+: k3's value with k2's gradient, "
+    kl: float = flag("objective", 0.0, "beta: KL penalty to the warm-start policy")
+    kl_estimator: str = flag("objective", "k3", "Schulman's KL estimator; k3+: k3's value with k2's gradient, "
                              "unbiased on samples of pi (verl's k3+)", ["k1", "k2", "k3", "k3+"])
-    kl_level: str = knob("objective", "token", "per token, or the book's on summed log-probs", ["token", "sequence"])
-    exact_kl: bool = knob("objective", False, "also log kl_exact, the KL term's value summed over the whole "
+    kl_level: str = flag("objective", "token", "per token, or the book's on summed log-probs", ["token", "sequence"])
+    exact_kl: bool = flag("objective", False, "also log kl_exact, the KL term's value summed over the whole "
                           "vocabulary (two more no-grad passes an update; vocabularies up to 4,096)")
-    loss_agg: str = knob("objective", "seq_mean", "GRPO, DAPO, or Dr. GRPO aggregation; bnpo: each process's own "
+    loss_agg: str = flag("objective", "seq_mean", "GRPO, DAPO, or Dr. GRPO aggregation; bnpo: each process's own "
                          "tokens (TRL bnpo; in one process, token_mean); luspo: GSPO's per-answer loss times the "
                          "answer's length (TRL luspo, Liu et al. 2026)",
                          ["seq_mean", "token_mean", "constant", "bnpo", "luspo"])
-    mask_truncated: bool = knob("objective", False, "truncated completions contribute no loss")
-    entropy_coef: float = knob("objective", 0.0, "alpha: subtract alpha * entropy from the loss (an entropy bonus); "
+    mask_truncated: bool = flag("objective", False, "truncated completions contribute no loss")
+    entropy_coef: float = flag("objective", 0.0, "alpha: subtract alpha * entropy from the loss (an entropy bonus); "
                                "with --adaptive-entropy, its starting value")
-    adaptive_entropy: bool = knob("objective", False, "steer alpha each step towards --entropy-target (Skywork-OR1's "
+    adaptive_entropy: bool = flag("objective", False, "steer alpha each step towards --entropy-target (Skywork-OR1's "
                                   "adaptive entropy control; TRL use_adaptive_entropy): +delta while the learner's "
                                   "entropy is at or below it, -delta above, applied only at or below it (the entropy "
                                   "over every token: TRL's, with --top-entropy-quantile, over the kept ones)")
-    entropy_target: float = knob("objective", 0.2, "tgt-ent, nats, for --adaptive-entropy (TRL entropy_target and the "
+    entropy_target: float = flag("objective", 0.2, "tgt-ent, nats, for --adaptive-entropy (TRL entropy_target and the "
                                  "Skywork-OR1 scripts: 0.2)")
-    entropy_coef_delta: float = knob("objective", 0.005, "delta: alpha's step for --adaptive-entropy (TRL "
+    entropy_coef_delta: float = flag("objective", 0.005, "delta: alpha's step for --adaptive-entropy (TRL "
                                      "entropy_coef_delta: 0.005; the Skywork-OR1 scripts: 1e-4)")
-    entropy_coef_max: float = knob("objective", 1.0, "alpha's ceiling for --adaptive-entropy (TRL entropy_coef_max: 1; "
+    entropy_coef_max: float = flag("objective", 1.0, "alpha's ceiling for --adaptive-entropy (TRL entropy_coef_max: 1; "
                                    "the Skywork-OR1 scripts: 0.005)")
-    top_entropy_quantile: float = knob("objective", 1.0, "rho: the policy gradient only on the update's top rho of "
+    top_entropy_quantile: float = flag("objective", 1.0, "rho: the policy gradient only on the update's top rho of "
                                        "tokens by entropy, and the entropy bonus too, as TRL's (the 80/20 rule, arXiv "
                                        "2506.01939, which uses 0.2; TRL top_entropy_quantile; 1: every token)")
-    top_entropy_random: bool = knob("objective", False, "the control --top-entropy-quantile is judged against: keep "
+    top_entropy_random: bool = flag("objective", False, "the control --top-entropy-quantile is judged against: keep "
                                     "the same share of tokens, drawn at random, not the highest-entropy ones")
-    kl_cov: float = knob("objective", 0.0, "k: KL-Cov (Cui et al.), the share k of an update's tokens whose log-prob "
+    kl_cov: float = flag("objective", 0.0, "k: KL-Cov (Cui et al.), the share k of an update's tokens whose log-prob "
                          "most covaries with their advantage pay |log pi - log pi_old| (verl's kl_cov_ratio; 0: off)")
-    fused_head: bool = knob("objective", True, "log-probs straight from hidden states (never the logits)")
-    share_prompts: bool = knob("objective", False, "the learner runs each group's prompt once (the small GPT): a "
+    logprobs: str = flag("objective", "auto", "how the learner's log-probs are made: textbook (the (n, V) logits, "
+                         "log_softmax and the target's entry), fused (kernels/: from the hidden states, never the "
+                         "logits), logits (kernels/ on the logits, without their log-softmax); auto: textbook on a CPU "
+                         "below a 32,768-token vocabulary, fused above it and on a GPU (grpo.token_logprobs)",
+                         ["auto", "textbook", "fused", "logits"])
+    share_prompts: bool = flag("objective", False, "the learner runs each group's prompt once (the small GPT): a "
                                "default run in 0.8 of the time, the same numbers up to float rounding, which a run "
                                "that samples amplifies (docs/performance.md); the recorded runs were made without it")
     # off-policy corrections
-    tis_cap: float = knob("off-policy corrections", 0.0, "C: truncated importance sampling, weight each token by "
+    tis_cap: float = flag("off-policy corrections", 0.0, "C: truncated importance sampling, weight each token by "
                           "min(pi_old / pi_sampler, C) (0: off); with --tis-floor or --tis-mode, the band's top",
                           inf="no cap")
-    tis_floor: float = knob("off-policy corrections", 0.0, "the lower bound of --tis-cap's weight: truncated to it, or "
+    tis_floor: float = flag("off-policy corrections", 0.0, "the lower bound of --tis-cap's weight: truncated to it, or "
                             "masked below it (TRL vllm_importance_sampling_clip_min; 0: none)")
-    tis_mode: str = knob("off-policy corrections", "token_truncate", "how --tis-cap bounds the weight: truncate it to "
+    tis_mode: str = flag("off-policy corrections", "token_truncate", "how --tis-cap bounds the weight: truncate it to "
                          "[floor, C], or set it to 0 outside (mask: IcePop, MIS), per token or one an answer "
                          "(sequence: the product of its tokens') (TRL vllm_importance_sampling_mode; verl rollout_is)",
                          ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"])
-    keep_sampling_mask: bool = knob("off-policy corrections", False, "log-probs over the support top-k / top-p "
+    keep_sampling_mask: bool = flag("off-policy corrections", False, "log-probs over the support top-k / top-p "
                                     "sampled from (DeepSeek-V3.2)")
-    off_policy_mask: float = knob("off-policy corrections", float("inf"), "delta: drop negative-advantage sequences "
+    off_policy_mask: float = flag("off-policy corrections", float("inf"), "delta: drop negative-advantage sequences "
                                   "whose KL to the sampler exceeds it (DeepSeek-V3.2)", inf="off")
-    rejection: str = knob("off-policy corrections", None, "drop the tokens (token_*) or whole answers (seq_mean_*, "
+    rejection: str = flag("off-policy corrections", None, "drop the tokens (token_*) or whole answers (seq_mean_*, "
                           "seq_max_*) whose k1 / k2 / k3 divergence from the sampler passes --rejection-bound (verl "
                           "rollout_rs, but for its seq_sum_*; default: off)", ["token_k1", "token_k2", "token_k3", "seq_mean_k1",
                           "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3"], type=str)
-    rejection_bound: float = knob("off-policy corrections", None, "U for --rejection: k2, k3 <= U; k1 a ratio band "
+    rejection_bound: float = flag("off-policy corrections", None, "U for --rejection: k2, k3 <= U; k1 a ratio band "
                                   "[1/U, U] (verl rollout_rs_threshold, no default; its presets: seq_mean_k3 0.01, "
                                   "token_k1 2)", type=float)
-    kl_reweight: bool = knob("off-policy corrections", False, "weight the KL estimate by pi / pi_old (DeepSeek-V3.2)")
-    rollout_lag: int = knob("off-policy corrections", None, "K: the learner trains on the rollouts sampled K steps ago, "
+    kl_reweight: bool = flag("off-policy corrections", False, "weight the KL estimate by pi / pi_old (DeepSeek-V3.2)")
+    rollout_lag: int = flag("off-policy corrections", None, "K: the learner trains on the rollouts sampled K steps ago, "
                             "as an asynchronous trainer does (default: off, on-policy; a run with a lag cannot --resume: its queue of "
                             "batches is not saved)", type=int)
-    lag_pi_old: str = knob("off-policy corrections", "sampler", "with --rollout-lag, pi_old is the policy that sampled "
+    lag_pi_old: str = flag("off-policy corrections", "sampler", "with --rollout-lag, pi_old is the policy that sampled "
                            "the batch (sampler: the ratio absorbs the staleness) or the learner as the step finds it "
                            "(learner: decoupled PPO, AReaL; the stale sampler's log-probs reach only --tis-cap and "
                            "--off-policy-mask)", ["sampler", "learner"])
     # optimisation
-    lr: float = knob("optimisation", 1e-4, "Adam learning rate")
-    max_grad_norm: float = knob("optimisation", 1.0, "the gradient-norm limit: a larger norm is scaled down to it",
+    lr: float = flag("optimisation", 1e-4, "Adam learning rate")
+    max_grad_norm: float = flag("optimisation", 1.0, "the gradient-norm limit: a larger norm is scaled down to it",
                                 inf="no limit")
 
     @property

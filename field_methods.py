@@ -39,13 +39,10 @@ from distributed import all_sum, global_mean, global_std
 
 # ---------------------------------------------------------------- 1. the batch: its sampler, its advantages
 
-def frozen_copy(policy, cfg):
-    """The policy that samples each of a step's batches, pi_old: the policy itself, or with --resample-epochs (the
-    book's inner epochs, more than one) a copy frozen at the step's first weights, from which every epoch samples
-    new answers."""
-    if cfg.resample_epochs and cfg.mu > 1:
-        return copy.deepcopy(policy).requires_grad_(False)
-    return policy
+def frozen_copy(policy):
+    """--resample-epochs (the book's inner epochs): a copy of the policy frozen at the step's first weights, pi_old,
+    from which every epoch samples new answers."""
+    return copy.deepcopy(policy).requires_grad_(False)
 
 
 def gdpo_advantages(term_advantages, weights, eps=1e-4):
@@ -105,7 +102,7 @@ def reinforce_pp_advantages(rewards, lengths, eps=1e-8):
 
 # ---------------------------------------------------------------- 2. objectives
 
-def objective(ratio, A, logp, old_logp, sampler_logp, mask, cfg, is_weights=None):
+def field_objective(ratio, A, logp, old_logp, sampler_logp, mask, cfg, is_weights=None):
     """The field's objectives, to be maximised, as grpo_loss calls them -> (surrogate, low, high, weights):
     surrogate, low and high as grpo.clipped_objective returns them ((B, T) or (B, 1), and where each side's bound
     stops a gradient), and the importance weights grpo_loss multiplies the surrogate by, or None.
@@ -263,7 +260,7 @@ def vespo_weights(logp, old_logp, A, mask, is_weights, k_pos, lambda_pos, k_neg,
     policy either way weighs little, smoothly. log w is clamped to [log 1e-8, 20] as TRL does; with
     --tis-cap the sampler's ratio joins w (the authors' rollout_is_weights), so w = pi / pi_sampler.
     Its sources average over tokens (--loss-agg token_mean; cli.py asks for the value). This returns
-    sg(phi(w)); objective() sets it on the policy gradient A log pi (policy_gradient).
+    sg(phi(w)); field_objective() sets it on the policy gradient A log pi (policy_gradient).
     logp, old_logp, mask (B, T), A (B, 1) -> (B, 1)"""
     log_r = (logp.detach() - old_logp).clamp(-20.0, 20.0)  # (B, T)
     if is_weights is not None:
@@ -432,7 +429,7 @@ def kl_cov_penalty(logp, old_logp, A, mask, k):
     return torch.zeros_like(logp).masked_scatter(real, picked) * (logp - old_logp).abs()  # (B, T)
 
 
-def aggregate(token_loss, mask, mode):
+def field_aggregate(token_loss, mask, mode):
     """The field's loss normalisers (--loss-agg; grpo.aggregate holds the chapter's). token_loss, mask (B, T).
 
     bnpo:  sum over this process's tokens / their number (TRL loss_type "bnpo": "the number of active tokens in

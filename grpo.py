@@ -27,6 +27,7 @@ each a flag that `--recipe book` sets back:
 5. The KL is k3 per token; the book's k1 on summed log-probs is `--kl-estimator k1 --kl-level sequence`. A reference
    model exists only when beta > 0, as in `7_5_plus_kl.py`.
 """
+import math
 from typing import NamedTuple
 
 import torch
@@ -36,7 +37,7 @@ import rewards
 # torchrun's part, each one call: global_mean (sum / count), global_std (.std()), same_count (the minibatches),
 # everywhere_finite (the loss and the gradient norm): in one process the plain formula (distributed.py)
 from distributed import everywhere_finite, global_mean, global_std, same_count
-from logprobs import token_logprobs
+from kernels import linear_logprobs_and_entropy, reference_logprobs_and_entropy, token_logprobs_and_entropy
 from rollouts import lagged_batch, minibatch_rows, rollout, sample_batch
 
 
@@ -46,22 +47,25 @@ def grpo_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, gener
 
     ref_policy: the frozen warm start, pi_ref (None when beta = 0); generator: the step's sampling noise;
     lagged: --rollout-lag's queue of batches, kept by the caller; watch(Update): called with each update before its
-    optimizer step (stats.py logs it); learner: the policy as the update's forward runs it (under torchrun wrapped in
-    DDP, whose backward averages the gradients over the ranks), by default the policy itself."""
+    optimizer step (train.py passes stats.StepLog's, which logs it); learner: the policy as the update's forward runs
+    it (under torchrun wrapped in DDP, whose backward averages the gradients over the ranks), by default the policy."""
     learner = learner or policy
-    # the model whose log-probs are pi_old: the policy itself, scored once below before any update; the book's
-    # inner epochs (--resample-epochs) sample from it again, so there it is a copy frozen at the step's weights
-    old_policy = field_methods.frozen_copy(policy, cfg)
     batch, zero_std = sample_batch(policy, enc, next_problems, n_prompts, cfg, generator)  # G answers a prompt, scored
-    batch, zero_std = stale_batch(policy, batch, zero_std, lagged, cfg)  # the same batch unless --rollout-lag
+    if cfg.rollout_lag:  # an asynchronous trainer: the step trains on the batch sampled K steps ago
+        batch, zero_std = stale_batch(policy, batch, zero_std, lagged, cfg)
+    old_policy = policy  # pi_old: the policy that sampled the batch, before any update on it
+    if cfg.resample_epochs:  # the book's inner epochs sample again, from a copy frozen at the step's first weights
+        old_policy = field_methods.frozen_copy(policy)
     first = batch
     for epoch in range(cfg.mu):  # mu epochs on the batch: the ratio is 1 until the first optimizer step
         if epoch > 0 and cfg.resample_epochs:  # the book's inner epochs: new answers, from the frozen copy
             batch = rollout(old_policy, enc, batch.problems[::cfg.group_size], cfg, generator)
         if epoch == 0 or cfg.resample_epochs:  # once a batch: what its updates hold fixed
-            loss_mask, adv, old_logp, ref_logp = fixed_for_batch(old_policy, ref_policy, batch, cfg)
+            loss_mask, adv, old_logp, ref_logp = fixed_for_batch(old_policy, ref_policy, batch, cfg, epoch == 0)
         for rows in minibatches(batch, cfg):  # K minibatches of whole groups (one by default)
             logp, entropy = batch_logprobs(learner, batch, rows, loss_mask, cfg)  # (b, T) pi_theta, with gradient
+            if old_logp is None:  # the first update sees every row before any step: its policy is pi_old
+                old_logp = logp.detach()  # (B, T)
             ref = None if ref_logp is None else ref_logp[rows]  # (b, T)
             loss = grpo_loss(logp, old_logp[rows], ref, adv[rows], loss_mask[rows], cfg, entropy,
                              batch.sampler_logp[rows])
@@ -90,13 +94,14 @@ class Update(NamedTuple):
 
 # ---------------------------------------------------------------- 1. the batch and its advantages
 
-def fixed_for_batch(old_policy, ref_policy, batch, cfg):
+def fixed_for_batch(old_policy, ref_policy, batch, cfg, first=True):
     """What every update on one batch holds fixed -> loss_mask (B, T), the answers' tokens the loss reads; adv (B,),
-    their group-relative advantages; old_logp (B, T), pi_old's log-probs; ref_logp (B, T), pi_ref's, or None without
-    a KL term (the warm start is loaded only when beta > 0)."""
+    their group-relative advantages; old_logp (B, T), pi_old's log-probs, or None where the batch's first update
+    takes them off its own forward (old_logprobs); ref_logp (B, T), pi_ref's, or None without a KL term (the warm
+    start is loaded only when beta > 0). first: the step's first batch (the book's later epochs sample others)."""
     loss_mask = trained_tokens(batch, cfg)
     adv = advantages(batch, cfg)
-    old_logp = old_logprobs(old_policy, batch, loss_mask, cfg)
+    old_logp = old_logprobs(old_policy, batch, loss_mask, cfg, first)
     ref_logp = None
     if cfg.kl > 0:
         ref_logp = logprobs_no_grad(ref_policy, batch, loss_mask, cfg)
@@ -140,20 +145,20 @@ def advantages(batch, cfg):
     return adv
 
 
-def group_advantages(rewards, G, norm="group", baseline="group", lengths=None, eps=1e-4):
-    """GRPO's group-relative advantage, one per answer. rewards (B,), B = n_groups * G.
+def group_advantages(scores, G, norm="group", baseline="group", lengths=None, eps=1e-4):
+    """GRPO's group-relative advantage, one per answer. scores (B,): each answer's reward, B = n_groups * G.
 
     A_i = (r_i - mean(r of its group)) / (std + eps), with std over the group ("group", DeepSeekMath), over the
     batch ("batch"), or no division at all ("none", Dr. GRPO: a small std makes near-unanimous groups dominate).
     --baseline leave_one_out (RLOO), batch (REINFORCE++, lengths (B,)), none: field_methods.baseline_advantages."""
     if baseline != "group":
-        return field_methods.baseline_advantages(rewards, G, baseline, lengths)
-    r = rewards.view(-1, G)  # (n_groups, G)
+        return field_methods.baseline_advantages(scores, G, baseline, lengths)
+    r = scores.view(-1, G)  # (n_groups, G)
     centred = r - r.mean(1, keepdim=True)
     if norm == "group":
         centred = centred / (r.std(1, keepdim=True) + eps)
     elif norm == "batch":
-        centred = centred / (global_std(rewards) + eps)
+        centred = centred / (global_std(scores) + eps)
     elif norm != "none":
         raise ValueError(f"unknown advantage normalisation {norm!r}")
     return centred.view(-1)  # (B,)
@@ -169,12 +174,51 @@ def minibatches(batch, cfg):
 
 def batch_logprobs(model, batch, rows, loss_mask, cfg):
     """(b, T) log-probs and entropies of some rows of a batch under model (pi_theta, pi_old or pi_ref), as the learner
-    sees them: at learner_temperature(cfg), over the sampler's support with --keep-sampling-mask. logprobs.py
-    computes them (the kernels' path, and the textbook one it equals)."""
+    sees them: at learner_temperature(cfg), over the sampler's support with --keep-sampling-mask."""
     support = None if batch.support is None else batch.support[rows]  # (b, T, V) bool
     groups = (batch.prompt_len, cfg.group_size) if cfg.share_prompts else None
     return token_logprobs(model, batch.tokens[rows], batch.mask[rows], loss_mask[rows], learner_temperature(cfg),
-                          cfg.fused_head, support, groups)
+                          cfg.logprobs, support, groups)
+
+
+def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, path="auto", support=None, groups=None):
+    """(B, T) log pi(target | prefix) and the entropy there, for the targets in loss_mask (0 elsewhere). tokens, mask
+    (B, L): the model reads tokens[:, :-1] and predicts tokens[:, 1:]; only the n completion positions reach the LM
+    head. path (--logprobs): textbook, the (n, V) logits, their log_softmax and the target's entry
+    (kernels.reference_logprobs_and_entropy); fused, straight from the hidden states, never the logits
+    (kernels/linear_logprobs.py); logits, the kernels on the logits without their log-softmax (kernels/logprobs.py).
+    auto: textbook on a CPU below FUSED_FROM tokens of vocabulary (this project's 287), fused above it and on a GPU.
+    support (B, T, V) bool, --keep-sampling-mask: only what top-k / top-p left the sampler. groups (P, G),
+    --share-prompts: G rows share their first P tokens, which the small GPT runs once a group."""
+    h = model(tokens[:, :-1], mask[:, :-1], hidden=True, groups=groups)[loss_mask]  # (n, d)
+    targets = tokens[:, 1:][loss_mask]  # (n,)
+    if path == "auto":
+        path = "fused" if h.is_cuda or model.lm_head_weight.shape[0] >= FUSED_FROM else "textbook"
+    if path == "fused" and support is None:
+        logp, entropy = linear_logprobs_and_entropy(h, model.lm_head_weight, targets, temperature)  # (n,) each
+    else:
+        logits = completion_logits(h, model.lm_head_weight, loss_mask, support)  # (n, V)
+        from_logits = reference_logprobs_and_entropy if path == "textbook" else token_logprobs_and_entropy
+        logp, entropy = from_logits(logits, targets, temperature)  # (n,) each
+    zeros = logp.new_zeros(loss_mask.shape)  # (B, T)
+    return zeros.masked_scatter(loss_mask, logp), zeros.masked_scatter(loss_mask, entropy)
+
+
+FUSED_FROM = 32768  # vocabulary from which --logprobs auto takes the fused kernels on a CPU (bench/bench_head.py)
+
+
+def completion_logits(hidden, weight, loss_mask, support=None):
+    """(n, V) logits of the n completion positions' hidden states (n, d). support (B, T, V) bool, DeepSeek-V3.2's
+    "keep sampling mask": only the tokens top-k / top-p left at sampling time (the rest -inf)."""
+    logits = hidden @ weight.t()  # (n, V)
+    return logits if support is None else logits.masked_fill(~support[loss_mask], float("-inf"))
+
+
+def vocab_logprobs(model, tokens, mask, loss_mask, temperature=1.0, support=None):
+    """(n, V) log pi(v | prefix) of every token v of the vocabulary at the n completion positions of loss_mask:
+    log_softmax(logits / temperature), for the exact KL (stats.exact_kl)."""
+    h = model(tokens[:, :-1], mask[:, :-1], hidden=True)[loss_mask]  # (n, d)
+    return (completion_logits(h, model.lm_head_weight, loss_mask, support) / temperature).log_softmax(-1)
 
 
 @torch.no_grad()
@@ -183,12 +227,17 @@ def logprobs_no_grad(model, batch, loss_mask, cfg):
     return batch_logprobs(model, batch, torch.arange(batch.tokens.shape[0]), loss_mask, cfg)[0]
 
 
-def old_logprobs(old_policy, batch, loss_mask, cfg):
+def old_logprobs(old_policy, batch, loss_mask, cfg, first=True):
     """(B, T) pi_old's log-probs of a batch, fixed for its updates: the policy that sampled it, before any update on
-    it (the book's frozen copy: the step's first weights). In the first update pi_theta is still pi_old, so its ratio
-    is 1. --rollout-lag --lag-pi-old sampler: the stale sampler, scored when it sampled (stale_batch)."""
+    it (the book's frozen copy: the step's first weights). None where the batch's first update sees every row (one
+    minibatch) and runs pi_old itself: grpo_step takes them off that update's own forward, detached, and saves this
+    pass (TRL does the same; the pass's numbers are the forward's, bit for bit). A learner with dropout draws other
+    noise than any pass, so there the pass stays. --rollout-lag --lag-pi-old sampler: the stale sampler, scored when
+    it sampled (stale_batch)."""
     if cfg.rollout_lag and cfg.lag_pi_old == "sampler":
         return batch.pi_old_logp
+    if first and cfg.minibatches == 1 and not getattr(old_policy.cfg, "dropout", 0.0):
+        return None
     return logprobs_no_grad(old_policy, batch, loss_mask, cfg)
 
 
@@ -220,13 +269,18 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
     loss_mask (B, T) marks the completion tokens; adv (B,); entropy (B, T) is for the entropy bonus; sampler_logp
     (B, T), what the sampler drew each token with, for the off-policy corrections. The corrections that drop tokens
     or answers before the objective, and those that change its terms after, are field_methods.py's (off: nothing)."""
-    loss_mask, adv, kept, dropped = field_methods.drop_before_the_objective(logp, old_logp, sampler_logp, adv,
-                                                                             loss_mask, cfg)
+    kept, dropped = None, {}  # --off-policy-mask's kept answers; name -> the tokens a field mask took out, for the log
+    if cfg.rejection or math.isfinite(cfg.off_policy_mask):  # tokens or answers out before the objective sees them
+        loss_mask, adv, kept, dropped = field_methods.drop_before_the_objective(logp, old_logp, sampler_logp, adv,
+                                                                                 loss_mask, cfg)
     A = adv[:, None]  # (B, 1): every token of an answer shares its advantage
     ratio = policy_ratio(logp, old_logp, loss_mask, cfg.ratio_level)  # (B, T) or (B, 1)
-    surrogate, low, high, weights = objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg, dropped)
-    surrogate, bonus_mask = field_methods.change_after_the_objective(surrogate, logp, old_logp, A, entropy, loss_mask,
-                                                                     cfg, dropped)
+    surrogate, low, high, weights = surrogate_objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg,
+                                                        dropped)
+    bonus_mask = loss_mask  # the tokens the entropy bonus reads
+    if cfg.kl_cov > 0 or cfg.top_entropy_quantile < 1:  # KL-Cov, the 80/20 rule: terms changed token by token
+        surrogate, bonus_mask = field_methods.change_after_the_objective(surrogate, logp, old_logp, A, entropy,
+                                                                         loss_mask, cfg, dropped)
     loss = aggregate(-surrogate.expand_as(logp), loss_mask, cfg.loss_agg, cfg.max_new_tokens)
     terms = {"pg_loss": loss}
     if cfg.kl > 0:  # beta, --kl
@@ -241,9 +295,9 @@ def grpo_loss(logp, old_logp, ref_logp, adv, loss_mask, cfg, entropy=None, sampl
     return Loss(loss, terms, ratio, low, high, kept, dropped, weights, token_weights(loss_mask, cfg.loss_agg))
 
 
-def objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg, dropped):
+def surrogate_objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg, dropped):
     """The clipped objective, to be maximised -> (surrogate, low, high, weights): PPO's clip (--objective ppo, the
-    default), or the book's, CISPO's or a field method's (field_methods.objective), times --tis-cap's importance
+    default), or the book's, CISPO's or a field method's (field_methods.field_objective), times --tis-cap's importance
     weights where they are on (weights; IcePop's masked tokens go into dropped). low / high: where the clip binds."""
     eps_low, eps_high = cfg.clip_range  # the ratio is clipped to [1 - eps_low, 1 + eps_high]
     weights = None  # (B, T) or (B, 1): importance weights towards the learner, --tis-cap's
@@ -254,8 +308,8 @@ def objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg, dropped):
     if cfg.objective == "ppo":
         surrogate, low, high = clipped_objective(ratio, A, eps_low, eps_high, cfg.dual_clip)
     else:  # the book's, CISPO's, and the field's: SAPO, GMPO, DPPO-TV / -KL, VESPO
-        surrogate, low, high, weights = field_methods.objective(ratio, A, logp, old_logp, sampler_logp, loss_mask, cfg,
-                                                                weights)
+        surrogate, low, high, weights = field_methods.field_objective(ratio, A, logp, old_logp, sampler_logp,
+                                                                      loss_mask, cfg, weights)
     if weights is not None:  # importance sampling towards the learner (VESPO's: its Gamma weight of each answer)
         surrogate = surrogate * weights  # (B, T), or (B, 1) with --tis-mode sequence_*, GMPO and VESPO
     return surrogate, low, high, weights
@@ -340,7 +394,7 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
     seq_mean:   each answer's mean over its tokens, then their mean (GRPO): a short answer's token weighs more;
     token_mean: sum over all tokens / their number (DAPO): every token weighs the same;
     constant:   sum over all tokens / (B * max_len) (Dr. GRPO): length carries no bias into the gradient;
-    bnpo, luspo: the field's (field_methods.aggregate).
+    bnpo, luspo: the field's (field_methods.field_aggregate).
     A per-answer term (a sequence ratio's objective, the sequence-level KL) is weighed once an answer only by
     seq_mean; the others would count it once a token, and cli.py refuses them."""
     mask = mask.to(token_loss.dtype)
@@ -354,7 +408,7 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
         total = (token_loss * mask).sum()
         count = mask.shape[0] * max_len
     else:
-        return field_methods.aggregate(token_loss, mask, mode)  # bnpo, luspo (an unknown name is a ValueError there)
+        return field_methods.field_aggregate(token_loss, mask, mode)  # bnpo, luspo (an unknown name is a ValueError there)
     return global_mean(total, count)  # total / count; under torchrun over every rank's rows (distributed.py)
 
 

@@ -11,7 +11,7 @@ import copy
 
 import torch
 
-from logprobs import token_logprobs_reference
+from grpo import token_logprobs
 from rollouts import rollout
 
 
@@ -30,7 +30,7 @@ def grpo_step_book(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, 
         A = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).view(-1)  # (B,) group-relative
 
         def logp(model):  # (B,) each answer's log-prob, its tokens' summed, at temperature 1
-            return token_logprobs_reference(model, batch.tokens, batch.mask, batch.loss_mask, 1.0)[0].sum(1)
+            return token_logprobs(model, batch.tokens, batch.mask, batch.loss_mask, 1.0, "textbook")[0].sum(1)
         with torch.no_grad():  # pi_old and pi_ref (the warm start), fixed for the update
             old_logp = logp(pi_old)
             ref_logp = logp(ref_policy) if cfg.kl > 0 else None
@@ -58,8 +58,8 @@ def grpo_step_paper(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg,
     A = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).view(-1, 1)  # (B, 1) group-relative
     m = batch.loss_mask.float()  # (B, T): the answers' tokens
 
-    def logp(model):  # (B, T) log pi of each answer token, by the full log-softmax (logprobs.py)
-        return token_logprobs_reference(model, batch.tokens, batch.mask, batch.loss_mask, cfg.temperature)[0]
+    def logp(model):  # (B, T) log pi of each answer token, by the full log-softmax (grpo.token_logprobs)
+        return token_logprobs(model, batch.tokens, batch.mask, batch.loss_mask, cfg.temperature, "textbook")[0]
     with torch.no_grad():  # pi_old (the policy that sampled) and pi_ref (the warm start), fixed for all updates
         old_logp = logp(policy)
         ref_logp = logp(ref_policy) if cfg.kl > 0 else None

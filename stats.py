@@ -2,7 +2,9 @@
 (`update_stats`), the batch it samples (`batch_stats`), and what the KL term estimates (`exact_kl`), and
 `StepStats` keeps them over every rank's rows and reduces them once at the end.
 
-    batch, metrics = logged_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, gen)  # train.py's
+    log = StepLog(policy, ref_policy, cfg, think_token(enc))  # train.py's, a step's watcher
+    batch = grpo.grpo_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, gen, watch=log.update)
+    metrics = log.stats.result()             # {statistic: float}
     stats = StepStats()
     stats.next_update()
     stats.mean("entropy", entropy, mask)     # recorded as this rank's parts: a sum and a count
@@ -22,14 +24,14 @@ import field_methods
 import grpo
 import rewards
 from distributed import all_max, all_sum
-from logprobs import vocab_logprobs
 from tasks import THINK_OPEN
 from tokenizer import encode_completion
 
 
 def logged_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator, lagged=None, learner=None):
-    """grpo.grpo_step, watched -> (the batch it trained on, {statistic: float}, the same on every rank): the step
-    train.py runs. learner: the policy as the update's forward runs it (under torchrun, in DDP)."""
+    """grpo.grpo_step watched by a StepLog, as train.py's train_step runs it, in one call -> (the batch it trained on,
+    {statistic: float}, the same on every rank): for the tests and the benches. learner: the policy as the update's
+    forward runs it (under torchrun, in DDP)."""
     log = StepLog(policy, ref_policy, cfg, think_token(enc))
     batch = grpo.grpo_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, generator, lagged, log.update,
                            learner)
@@ -84,7 +86,7 @@ def exact_kl(policy, ref_policy, batch, rows, loss_mask, cfg):
     m = loss_mask[rows]  # (b, T)
     support = None if batch.support is None else batch.support[rows]  # (b, T, V)
     T = grpo.learner_temperature(cfg)
-    lp, ref = (vocab_logprobs(model, batch.tokens[rows], batch.mask[rows], m, T, support)
+    lp, ref = (grpo.vocab_logprobs(model, batch.tokens[rows], batch.mask[rows], m, T, support)
                for model in (policy, ref_policy))  # (n, V) each
     per_token = (lp.exp() * (lp - ref).nan_to_num(0.0)).sum(-1)  # (n,): -inf - -inf outside a kept support
     kl = lp.new_zeros(m.shape).masked_scatter(m, per_token)  # (b, T)

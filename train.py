@@ -12,8 +12,7 @@
 `main` reads in the order a run goes: its config (the flags, checked by cli.py before
 anything is written), the model, the loop, the evaluations and the saves. Each step samples
 G answers for each of --prompts-per-step problems, scores them and updates the policy:
-train_step -> stats.logged_step -> grpo.grpo_step (stats.py only records what each update
-did). Every --eval-every steps (and at step 0) the policy answers the fixed
+train_step -> grpo.grpo_step, watched by stats.StepLog, which records what each update did. Every --eval-every steps (and at step 0) the policy answers the fixed
 held-out set greedily (and, with --eval-sampled, once more as the rollouts sample).
 Everything lands in runs/<name>/:
     config.json      every resolved flag, package versions, device
@@ -41,6 +40,7 @@ import torch
 import cli
 import distributed
 import field_methods
+import grpo
 import run_folders
 import stats
 import tasks
@@ -116,18 +116,20 @@ def build(args, cfg, device, state, log):
 def train_step(policy, learner, ref_policy, opt, enc, args, cfg, step, ranks, pool, gen, lagged, control, device,
                run_dir, saved_step):
     """Step `step`: its problems and sampling noise seeded by (seed, step, rank), grpo.grpo_step on this rank's share
-    of the prompts, watched by stats.py (ranks: (rank, n_ranks); learner: the policy, under torchrun in DDP) -> (the
-    batch it trained on, its metrics, the entropy controller's next state). A step that fails stops the run in one
-    line (cli.step_failed)."""
+    of the prompts, each update watched by stats.StepLog (ranks: (rank, n_ranks); learner: the policy, under
+    torchrun in DDP) -> (the batch it trained on, its metrics, the entropy controller's next state). A step that
+    fails stops the run in one line (cli.step_failed)."""
     rank, n_ranks = ranks
     gen.manual_seed(step_seed(args.seed, step, rank))
     torch.manual_seed(step_seed(args.seed, step, rank))  # the step's other draws (dropout, --top-entropy-random)
     step_cfg = field_methods.entropy_controlled(cfg, control)
     problems = problem_source(args.level, args.seed, step, rank, pool)
+    log = stats.StepLog(policy, ref_policy, step_cfg, stats.think_token(enc))  # what each update did
     try:
         with autocast(device):
-            batch, metrics = stats.logged_step(policy, ref_policy, opt, enc, problems, args.prompts_per_step // n_ranks,
-                                               step_cfg, gen, lagged, learner)
+            batch = grpo.grpo_step(policy, ref_policy, opt, enc, problems, args.prompts_per_step // n_ranks, step_cfg,
+                                   gen, lagged, log.update, learner)
+        metrics = log.stats.result()  # {statistic: float}, the same on every rank
     except (FloatingPointError, RuntimeError, ValueError, TypeError, IndexError, KeyError) as e:
         raise SystemExit(cli.step_failed(e, args, run_dir, step, saved_step)) from None
     if control is not None:  # the coefficient this step applied, then the next one from its entropy

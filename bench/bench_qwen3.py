@@ -100,7 +100,7 @@ def sampling_case(model, enc, rows, new_tokens, device):
 
 def grpo_case(model, enc, n_prompts, group, new_tokens, device, fused, checkpointing):
     cfg = config.GRPOConfig(group_size=group, max_new_tokens=new_tokens, temperature=0.8, top_p=0.9,
-                          fused_head=fused, lr=1e-6)
+                          logprobs="fused" if fused else "logits", lr=1e-6)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     stream = iter(math_shaped_problems(10_000, seed=1))
     model.grad_checkpoint = checkpointing

@@ -203,10 +203,10 @@ def test_every_grpo_config_field_is_a_flag_with_its_default():
 def test_editing_a_grpo_config_default_changes_the_flag(monkeypatch):
     """The dataclass is the one source: argparse reads defaults and choices from it."""
     monkeypatch.setattr(config.GRPOConfig.__dataclass_fields__["group_size"], "default", 5)
-    monkeypatch.setattr(config.GRPOConfig.__dataclass_fields__["fused_head"], "default", False)
+    monkeypatch.setattr(config.GRPOConfig.__dataclass_fields__["logprobs"], "default", "fused")
     args = cli.get_parser().parse_args([])
-    assert args.group_size == 5 and args.fused_head is False
-    assert cli.get_parser().parse_args(["--fused-head"]).fused_head is True
+    assert args.group_size == 5 and args.logprobs == "fused"
+    assert cli.get_parser().parse_args(["--logprobs", "textbook"]).logprobs == "textbook"
     with pytest.raises(SystemExit):  # choices come from the field too
         cli.get_parser().parse_args(["--adv-norm", "median"])
 

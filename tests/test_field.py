@@ -522,10 +522,10 @@ def test_adaptive_entropy_steps_the_coefficient_towards_the_target_and_applies_i
 
 def test_with_every_field_flag_off_no_field_method_runs_and_nothing_new_is_logged(monkeypatch):
     """The defaults compute exactly the chapter's step: every function of field_methods.py replaced by one that
-    raises, a default loss (with KL, entropy bonus and TIS on) still runs and logs no field statistic."""
-    # what grpo.py and train.py call whatever the flags (each does nothing while its flags are off), and TIS's weight
-    entries = {"drop_before_the_objective", "change_after_the_objective", "frozen_copy", "tis_weights",
-               "entropy_control", "entropy_controlled"}
+    raises, a default loss (with KL, entropy bonus and TIS on) still runs and logs no field statistic. The step calls
+    none of them at the defaults (test_whole_step.py traces a default step); train.py's controller entries answer
+    None and cfg while --adaptive-entropy is off."""
+    entries = {"tis_weights", "entropy_control", "entropy_controlled"}  # TIS's weight (on here); train.py's controller
     for name, fn in inspect.getmembers(field_methods, inspect.isfunction):
         if name not in entries:
             monkeypatch.setattr(field_methods, name, lambda *a, _n=name, **k: pytest.fail(f"{_n} ran with its flag off"))
@@ -669,7 +669,7 @@ def test_verl_6280_a_minibatchs_log_probs_are_the_batchs_within_rounding_so_the_
     policy, enc, cfg, batch, old = sampled("warmstart.pt", "medium")
     B, m = batch.tokens.shape[0], batch.loss_mask
     for fused in (True, False):
-        c = dataclasses.replace(cfg, fused_head=fused)
+        c = dataclasses.replace(cfg, logprobs="fused" if fused else "logits")
         with torch.no_grad():
             whole = grpo.batch_logprobs(policy, batch, torch.arange(B), m, c)[0]
             for cut in (B // 2, 1, 37):

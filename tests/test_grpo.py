@@ -343,7 +343,9 @@ def test_grpo_learns_a_trivial_reward(enc, tiny_model, digit_reward):
         rewards_seen.append(stats["reward"])
         assert all(math.isfinite(v) for v in stats.values() if v is not None)
         assert {k for k, v in stats.items() if v is None} <= {"pg_k1", "tied_adv_gap", "resp_len_correct", "resp_len_wrong", "adv_correct_corr",
-                                                                "clip_high_lowp_frac",  # none where the high clip never binds
+                                                                "clip_high_lowp_frac", "clip_high_p_mean",  # none where the
+                                                                # high clip never binds, or no answer opens <think>
+                                                                "think_clip_frac",
                                                                 "adv_to_centred", "equal_groups_adv",  # ... no such group
                                                                 "format_paid_wrong"}  # ... no wrong answer
     first, last = sum(rewards_seen[:5]) / 5, sum(rewards_seen[-5:]) / 5

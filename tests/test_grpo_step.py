@@ -16,7 +16,6 @@ import cli
 import field_methods
 import grpo
 from stats import logged_step
-import logprobs
 import rollouts
 import stats
 import tasks
@@ -76,7 +75,7 @@ def test_old_logprobs_are_the_sampling_policys(enc, tiny_model, digit_reward, mo
     before = copy.deepcopy(model)
     losses = spy(monkeypatch, "grpo_loss")
     batch, stats = run_step(enc, model, GRPOConfig(**CFG, mu=mu, minibatches=K), lr=1e-2)
-    want, _ = logprobs.token_logprobs(before, batch.tokens, batch.mask, batch.loss_mask, CFG["temperature"])
+    want, _ = grpo.token_logprobs(before, batch.tokens, batch.mask, batch.loss_mask, CFG["temperature"])
     old = torch.cat([c[1] for c in losses[:K]])  # the minibatches of the first epoch cover the batch in order
     torch.testing.assert_close(old, want, rtol=1e-5, atol=1e-6)
     for c in losses[K:]:  # later epochs see the same pi_old
@@ -165,9 +164,9 @@ def test_sampler_and_learner_describe_the_same_distribution(enc):
     tokens, mask, sampler_logp, *_ = generate(model, [prompt] * n, 1, enc.eot_token, temperature=T,
                                           generator=torch.Generator().manual_seed(1))
     counts = torch.bincount(tokens[:, 3], minlength=enc.n_vocab).double()  # (V,)
-    # the learner's log-prob of every possible first token, through logprobs.token_logprobs
+    # the learner's log-prob of every possible first token, through grpo.token_logprobs
     every = torch.tensor([prompt + [v] for v in range(enc.n_vocab)])
-    logp, _ = logprobs.token_logprobs(model, every, torch.ones_like(every, dtype=torch.bool),
+    logp, _ = grpo.token_logprobs(model, every, torch.ones_like(every, dtype=torch.bool),
                                   torch.tensor([[False, False, True]]).expand(enc.n_vocab, 3), T)
     p = logp[:, 2].double().exp()  # (V,)
     assert p.sum().item() == pytest.approx(1.0, abs=1e-4)
@@ -184,8 +183,9 @@ def test_sampler_and_learner_describe_the_same_distribution(enc):
 @pytest.mark.roundings
 @pytest.mark.parametrize("T", [0.7, 1.3])
 def test_the_fast_logprobs_equal_the_textbook_reference(enc, tiny_model, T):
-    """token_logprobs (fused from the hidden states, from the logits, over a kept support) gives
-    token_logprobs_reference's log-probs and entropies, and the same gradients; zero off loss_mask."""
+    """token_logprobs by the kernels (fused from the hidden states, from the logits, over a kept support) gives the
+    textbook path's log-probs and entropies (log_softmax and gather: --logprobs textbook, a CPU's default at this
+    vocabulary), and the same gradients; zero off loss_mask; auto is the textbook here, to the bit."""
     model = tiny_model()
     g = torch.Generator().manual_seed(3)
     tokens = torch.randint(0, enc.n_vocab, (5, 12), generator=g)
@@ -200,13 +200,14 @@ def test_the_fast_logprobs_equal_the_textbook_reference(enc, tiny_model, T):
         logp, entropy = fn(model, tokens, mask, loss_mask, T, **kw)
         ((logp + entropy) * w).sum().backward()
         return logp.detach(), entropy.detach(), torch.cat([p.grad.flatten() for p in model.parameters()])
-    for fast, reference in [(dict(fused=True), {}), (dict(fused=False), {}),
-                            (dict(support=support), dict(support=support))]:
-        got, want = run(logprobs.token_logprobs, **fast), run(logprobs.token_logprobs_reference, **reference)
+    for fast, reference in [(dict(path="fused"), dict(path="textbook")), (dict(path="logits"), dict(path="textbook")),
+                            (dict(path="fused", support=support), dict(path="textbook", support=support))]:
+        got, want = run(grpo.token_logprobs, **fast), run(grpo.token_logprobs, **reference)
         for x, y in zip(got, want):
             torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
         assert (got[0][~loss_mask] == 0).all() and (got[1][~loss_mask] == 0).all()
         assert (got[0][loss_mask] != 0).all()
+    assert all(torch.equal(x, y) for x, y in zip(run(grpo.token_logprobs), run(grpo.token_logprobs, path="textbook")))
 
 
 @pytest.mark.roundings
@@ -214,7 +215,7 @@ def test_rollout_sampler_logp_equals_learner_logp_without_truncation(enc, tiny_m
     model = tiny_model()
     stream = tasks.problems("easy", 0)
     batch = rollouts.rollout(model, enc, [next(stream) for _ in range(3)], GRPOConfig(**CFG), torch.Generator().manual_seed(0))
-    logp, _ = logprobs.token_logprobs(model, batch.tokens, batch.mask, batch.loss_mask, CFG["temperature"])
+    logp, _ = grpo.token_logprobs(model, batch.tokens, batch.mask, batch.loss_mask, CFG["temperature"])
     torch.testing.assert_close(batch.sampler_logp * batch.loss_mask, logp, rtol=1e-4, atol=1e-5)
 
 

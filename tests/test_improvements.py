@@ -15,7 +15,6 @@ import torch
 import config
 import field_methods
 import grpo
-import logprobs
 import rollouts
 import tasks
 import cli
@@ -136,7 +135,7 @@ def test_entropy_bonus_gradient_equals_autograd_through_the_reference(monkeypatc
     for fused, backend in [(True, "auto"), (False, "reference")]:
         monkeypatch.setenv("KERNELS_BACKEND", backend)
         model.zero_grad()
-        _, ent = logprobs.token_logprobs(model, tokens, mask, loss_mask, 0.8, fused=fused)
+        _, ent = grpo.token_logprobs(model, tokens, mask, loss_mask, 0.8, "fused" if fused else "logits")
         (-0.1 * grpo.aggregate(ent, loss_mask, "token_mean")).backward()
         grads.append([p.grad.clone() for p in model.parameters()])
     for a, b in zip(*grads):
@@ -154,8 +153,8 @@ def test_kept_sampling_mask_makes_learner_and_sampler_agree_under_top_p():
     cfg = GRPOConfig(group_size=4, max_new_tokens=5, top_p=0.7, keep_sampling_mask=True)
     batch = rollouts.rollout(model, enc, [next(stream) for _ in range(3)], cfg, torch.Generator().manual_seed(0))
     assert batch.support.shape == (*batch.loss_mask.shape, enc.n_vocab)
-    kept, _ = logprobs.token_logprobs(model, batch.tokens, batch.mask, batch.loss_mask, support=batch.support)
-    full, _ = logprobs.token_logprobs(model, batch.tokens, batch.mask, batch.loss_mask)
+    kept, _ = grpo.token_logprobs(model, batch.tokens, batch.mask, batch.loss_mask, support=batch.support)
+    full, _ = grpo.token_logprobs(model, batch.tokens, batch.mask, batch.loss_mask)
     m = batch.loss_mask
     torch.testing.assert_close(kept[m], batch.sampler_logp[m], rtol=1e-4, atol=1e-5)  # the sampler's distribution
     assert (full[m] - batch.sampler_logp[m]).abs().max() > 1e-2  # without the mask: a gap top-p created

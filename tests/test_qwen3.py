@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 import grpo
 from stats import logged_step
-import logprobs
+import grpo
 import qwen3
 import tasks
 from config import GRPOConfig
@@ -105,7 +105,7 @@ def test_token_logprobs_equal_log_softmax_of_the_logits(fused):
     tokens, mask, *_ = generate(m, prompts(4), 10, EOS, generator=torch.Generator().manual_seed(0))
     loss_mask = mask[:, 1:].clone()
     loss_mask[:, :8] = False  # targets before the completions: not scored
-    logp, _ = logprobs.token_logprobs(m, tokens, mask, loss_mask, temperature=0.7, fused=fused)  # (B, T)
+    logp, _ = grpo.token_logprobs(m, tokens, mask, loss_mask, 0.7, "fused" if fused else "logits")  # (B, T)
     ref = (m(tokens[:, :-1], mask[:, :-1]) / 0.7).log_softmax(-1).gather(-1, tokens[:, 1:, None])[..., 0]
     torch.testing.assert_close(logp[loss_mask], ref[loss_mask], rtol=1e-4, atol=1e-5)
     assert (logp[~loss_mask] == 0).all()

@@ -4,7 +4,7 @@ Each test runs `grpo.grpo_step` on the tiny warm start (conftest.py; a few rows,
 seeds) with its flag on and off, and compares what the step did with what the flag must
 make it do, computed here from first principles:
 - log-probs and entropies from a plain float64 log_softmax of the model's full logits
-  (`logprobs`, `entropies`), never through grpo.py, logprobs.py or kernels/;
+  (`logprobs`, `entropies`), never through grpo.py or kernels/;
 - advantages from the rewards by the paper's formula in plain Python (`advantages`);
 - each token's weight in the update read from the gradient that reaches its log-prob
   (`Update.grad`, d loss / d logp_t), against that gradient written out by hand
@@ -26,7 +26,6 @@ import torch
 import field_methods
 import grpo
 from stats import logged_step
-import logprobs as logprobs_py  # logprobs.py; `logprobs` below is this file's float64 reference
 import rewards
 import rollouts
 import tasks
@@ -672,7 +671,7 @@ def test_lag_pi_old_learner_makes_pi_old_the_learner_at_the_step_and_the_tis_wei
         steps.append(run(model, enc, cfg, seed=seed, opt=opt, lagged=lagged))
         sampled.append(lagged[-1][0])
     assert all(b.pi_old_logp is None for b in sampled)
-    assert all(len(s.passes) == 1 and s.passes[0][1] is s.batch for s in steps)  # pi_old: the learner, on that batch
+    assert not any(s.passes for s in steps)  # pi_old: the learner's first update on that batch, its own forward
     for before, s, trained in zip(steps, steps[1:], sampled):
         u, m = s.updates[0], completion(trained)
         assert s.batch is trained and u.batch is trained
@@ -808,7 +807,7 @@ def test_kl_estimator_level_and_reweight_through_the_step(warm_policy, table, fl
         plain, _ = kl_grad(lp, lp, refp, W, GRPOConfig(kl=0.5))  # k3 per token, not reweighted
         assert (g - plain).abs().max() > 1e-3 or flag == dict(kl=0.5)  # each variant changes the gradient here
     else:
-        assert "kl" not in step.stats and len(step.passes) == 1  # beta = 0: pi_old's pass alone, no reference
+        assert "kl" not in step.stats and not step.passes  # beta = 0: no reference; pi_old, the first update's own
 
 
 @pytest.mark.parametrize("level", ["token", "sequence"])
@@ -859,19 +858,23 @@ def test_entropy_coef_is_a_bonus_the_step_raises_the_entropy(warm_policy, table,
     assert_grad(u, on_policy_grad(step, cfg))  # the policy gradient itself is unchanged
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_fused_head_goes_from_hidden_states_without_the_logits(warm_policy, table, monkeypatch, fused):
-    """Fused: every learner pass goes through linear_logprobs_and_entropy (hidden states and
-    head weight in, no (n, V) logits out); unfused: through the logits. The same numbers."""
+@pytest.mark.parametrize("path, kernel", [("fused", "linear_logprobs_and_entropy"),
+                                          ("logits", "token_logprobs_and_entropy"),
+                                          ("textbook", "reference_logprobs_and_entropy"),
+                                          ("auto", "reference_logprobs_and_entropy")])  # auto: the textbook on a CPU
+def test_logprobs_takes_the_path_it_names(warm_policy, table, monkeypatch, path, kernel):
+    """--logprobs fused: every learner pass goes through linear_logprobs_and_entropy (hidden states and head weight
+    in, no (n, V) logits out); logits: the kernels on the logits; textbook: log_softmax and gather on them; auto, at
+    this vocabulary on a CPU: the textbook. The same numbers each way."""
     calls = []
-    for name in ("linear_logprobs_and_entropy", "token_logprobs_and_entropy"):
-        real = getattr(logprobs_py, name)
-        monkeypatch.setattr(logprobs_py, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    for name in ("linear_logprobs_and_entropy", "token_logprobs_and_entropy", "reference_logprobs_and_entropy"):
+        real = getattr(grpo, name)
+        monkeypatch.setattr(grpo, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
     model, enc = warm_policy()
-    cfg = GRPOConfig(**{**BASE, "minibatches": 2}, kl=0.1, fused_head=fused)
+    cfg = GRPOConfig(**{**BASE, "minibatches": 2}, kl=0.1, logprobs=path)
     step = run(model, enc, cfg, ref=perturbed(model))
     assert len(calls) == 4  # pi_ref, pi_old, and pi_theta in two minibatches
-    assert set(calls) == {"linear_logprobs_and_entropy" if fused else "token_logprobs_and_entropy"}
+    assert set(calls) == {kernel}
     m = completion(step.batch)
     for u in step.updates:
         torch.testing.assert_close(u.logp[m[u.rows]].double(), logprobs(u.policy, step.batch, 1.0, u.rows)[m[u.rows]],
@@ -1332,7 +1335,7 @@ FLAG_TESTS = {  # GRPOConfig field -> the tests in this file that run a step wit
     "top_entropy_quantile": ["test_top_entropy_quantile_keeps_the_policy_gradient_on_the_high_entropy_tokens"],
     "top_entropy_random": ["test_top_entropy_random_keeps_as_many_tokens_drawn_at_random_the_rules_control"],
     "kl_cov": ["test_kl_cov_adds_the_sign_of_log_r_on_the_tokens_of_largest_covariance"],
-    "fused_head": ["test_fused_head_goes_from_hidden_states_without_the_logits"],
+    "logprobs": ["test_logprobs_takes_the_path_it_names"],
     "share_prompts": ["test_share_prompts_runs_each_groups_prompt_once_with_the_same_numbers"],
     "tis_cap": ["test_tis_cap_weights_each_token_by_the_capped_learner_to_sampler_ratio",
                 "test_tis_and_the_off_policy_mask_act_by_their_formulas_in_every_update_of_a_lagged_step",
