@@ -3,12 +3,12 @@
     python train.py --help                       # the flags, grouped as below, with these defaults
     python train.py --recipe dapo --print-config # a recipe's resolved flags, without training
 
-A field's default here is its only default: cli.py makes `--field-name` from it (`flag`),
+A field's default here is its only default: harness/cli.py makes `--field-name` from it (`flag`),
 so edit a value and `python train.py` follows. grpo.py reads the fields as `cfg.<name>`;
 nothing else in this file runs, so importing it has no side effects.
 
 The run's own settings (how many prompts a step, how often to evaluate, where to save) are
-cli.py's flags, not fields here: grpo_step is handed them as arguments, if at all.
+harness/cli.py's flags, not fields here: grpo_step is handed them as arguments, if at all.
 
 A recipe is a named set of flags (`--recipe NAME`; flags typed explicitly still win), of both
 kinds: a recipe may set prompts_per_step or eval_every too. Each
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 
 def flag(group, default, help, choices=None, type=None, inf=None):
-    """A GRPOConfig field and its command-line flag: cli.py makes `--field-name` from it, so
+    """A GRPOConfig field and its command-line flag: harness/cli.py makes `--field-name` from it, so
     the default here is the only one. inf: what the value inf means, for a float field where it
     means something (its help says so; inf anywhere else, and nan anywhere, is refused)."""
     return field(default=default, metadata={"group": group, "help": help, "choices": choices, "type": type,
@@ -30,10 +30,20 @@ def flag(group, default, help, choices=None, type=None, inf=None):
 
 @dataclass
 class GRPOConfig:
+    # the eight a learner changes first
+    group_size: int = flag("the step's main settings", 8, "G: completions per prompt")
+    max_new_tokens: int = flag("the step's main settings", 40, "completion length cap (L_max)")
+    temperature: float = flag("the step's main settings", 1.0, "sampling temperature")
+    mu: int = flag("the step's main settings", 2, "epochs: passes over each step's rollouts, each of --minibatches "
+                   "optimizer steps (the ratio moves away from 1 after the first step)")
+    clip: float = flag("the step's main settings", 0.2, "eps_low of the clipped ratio", inf="no clipping")
+    kl: float = flag("the step's main settings", 0.0, "beta: KL penalty to the warm-start policy")
+    loss_agg: str = flag("the step's main settings", "seq_mean", "GRPO, DAPO, or Dr. GRPO aggregation; bnpo: each "
+                         "process's own tokens (TRL bnpo; in one process, token_mean); luspo: GSPO's per-answer loss "
+                         "times the answer's length (TRL luspo, Liu et al. 2026)",
+                         ["seq_mean", "token_mean", "constant", "bnpo", "luspo"])
+    lr: float = flag("the step's main settings", 1e-4, "Adam learning rate")
     # rollouts
-    group_size: int = flag("rollouts", 8, "G: completions per prompt")
-    max_new_tokens: int = flag("rollouts", 40, "completion length cap (L_max)")
-    temperature: float = flag("rollouts", 1.0, "sampling temperature")
     top_p: float = flag("rollouts", 1.0, "nucleus sampling")
     top_k: int = flag("rollouts", 0, "top-k sampling (0: off)")
     learner_temperature: float = flag("rollouts", None, "temperature of the learner's log-probs (pi_theta, pi_old, "
@@ -64,12 +74,9 @@ class GRPOConfig:
     dynamic_sampling: bool = flag("advantages and sampling", False, "DAPO: drop groups with equal rewards, draw more")
     max_sampling_rounds: int = flag("advantages and sampling", 3, "rollout rounds per step with dynamic sampling")
     # objective
-    mu: int = flag("objective", 2, "epochs: passes over each step's rollouts, each of --minibatches optimizer steps "
-                   "(the ratio moves away from 1 after the first step)")
     minibatches: int = flag("objective", 1, "K: optimizer steps per epoch, each on 1/K of the groups (K * mu per step)")
     resample_epochs: bool = flag("objective", False, "each epoch after the first samples fresh answers to the same "
                                  "prompts from a frozen copy of pi_old (the book's --inner_epochs)")
-    clip: float = flag("objective", 0.2, "eps_low of the clipped ratio", inf="no clipping")
     clip_high: float = flag("objective", None, "eps_high (DAPO clip-higher); default: --clip", type=float,
                             inf="no clipping above")
     dual_clip: float = flag("objective", 0.0, "dual-clip constant c > 1 for negative advantages (0: off)")
@@ -91,16 +98,11 @@ class GRPOConfig:
     vespo_lambda_neg: float = flag("objective", 2.0, "VESPO's lambda where A < 0 (TRL vespo_lambda_neg: 2)")
     ratio_level: str = flag("objective", "token", "token (GRPO), gspo, or the book's summed sequence ratio",
                             ["token", "gspo", "sequence"])
-    kl: float = flag("objective", 0.0, "beta: KL penalty to the warm-start policy")
     kl_estimator: str = flag("objective", "k3", "Schulman's KL estimator; k3+: k3's value with k2's gradient, "
                              "unbiased on samples of pi (verl's k3+)", ["k1", "k2", "k3", "k3+"])
     kl_level: str = flag("objective", "token", "per token, or the book's on summed log-probs", ["token", "sequence"])
     exact_kl: bool = flag("objective", False, "also log kl_exact, the KL term's value summed over the whole "
                           "vocabulary (two more no-grad passes an update; vocabularies up to 4,096)")
-    loss_agg: str = flag("objective", "seq_mean", "GRPO, DAPO, or Dr. GRPO aggregation; bnpo: each process's own "
-                         "tokens (TRL bnpo; in one process, token_mean); luspo: GSPO's per-answer loss times the "
-                         "answer's length (TRL luspo, Liu et al. 2026)",
-                         ["seq_mean", "token_mean", "constant", "bnpo", "luspo"])
     mask_truncated: bool = flag("objective", False, "truncated completions contribute no loss")
     entropy_coef: float = flag("objective", 0.0, "alpha: subtract alpha * entropy from the loss (an entropy bonus); "
                                "with --adaptive-entropy, its starting value")
@@ -124,7 +126,7 @@ class GRPOConfig:
     logprobs: str = flag("objective", "auto", "how the learner's log-probs are made: textbook (the (n, V) logits, "
                          "log_softmax and the target's entry), fused (kernels/: from the hidden states, never the "
                          "logits), logits (kernels/ on the logits, without their log-softmax); auto: textbook on a CPU "
-                         "below a 32,768-token vocabulary, fused above it and on a GPU (grpo.token_logprobs)",
+                         "below a 4,096-token vocabulary, fused from it and on a GPU (grpo.token_logprobs)",
                          ["auto", "textbook", "fused", "logits"])
     share_prompts: bool = flag("objective", False, "the learner runs each group's prompt once (the small GPT): a "
                                "default run in 0.8 of the time, the same numbers up to float rounding, which a run "
@@ -159,7 +161,6 @@ class GRPOConfig:
                            "(learner: decoupled PPO, AReaL; the stale sampler's log-probs reach only --tis-cap and "
                            "--off-policy-mask)", ["sampler", "learner"])
     # optimisation
-    lr: float = flag("optimisation", 1e-4, "Adam learning rate")
     max_grad_norm: float = flag("optimisation", 1.0, "the gradient-norm limit: a larger norm is scaled down to it",
                                 inf="no limit")
 
@@ -169,7 +170,7 @@ class GRPOConfig:
         return self.clip, self.clip if self.clip_high is None else self.clip_high
 
 
-# name -> flags: GRPOConfig fields, and cli.py's run flags where a recipe needs them (prompts_per_step; the
+# name -> flags: GRPOConfig fields, and harness/cli.py's run flags where a recipe needs them (prompts_per_step; the
 # book_qwen3 recipes also set its evaluation: eval_every, eval_size, eval_fallback, chat_template). Each follows
 # the paper or book script named above it, value by value; at our scale every one departs in the same ways
 # (this file's docstring: lr 1e-4 with Adam, 8 answers of at most 40 tokens), and any other departure is named.
@@ -245,7 +246,7 @@ RECIPES["gmpo"] = dict(objective="gmpo", clip=0.4, clip_high=0.4, loss_agg="seq_
 # binary KL's 0.05, no std and Dr. GRPO's constant normaliser (the script: norm_adv_by_std_in_grpo False,
 # seq-mean-token-sum-norm, which verl's agg_loss divides by the batch and the length cap, as --loss-agg constant does).
 # Departure: no truncation of the ratio pi / mu (the script sets clip_ratio_c 1e4 for the same). The bare
-# --objective dppo_tv / dppo_kl / gmpo ask for --clip, and --objective vespo for --loss-agg (cli.py)
+# --objective dppo_tv / dppo_kl / gmpo ask for --clip, and --objective vespo for --loss-agg (harness/cli.py)
 RECIPES["dppo_tv"] = dict(objective="dppo_tv", clip=0.15, clip_high=0.15, adv_norm="none", loss_agg="constant")
 RECIPES["dppo_kl"] = dict(RECIPES["dppo_tv"], objective="dppo_kl", clip=0.05, clip_high=0.05)
 # LUSPO (Liu et al. 2026, arXiv 2602.05261; TRL loss_type "luspo", which requires the sequence level): GSPO's recipe

@@ -4,7 +4,7 @@
     out = generate(model, prompts, max_new_tokens=40, eos_id=enc.eot_token, temperature=1.0)
     python bench/bench_sampling.py     # sampling speed, with the cache and without
 
-The small GPT (model.py) and the book's Qwen3 (qwen3.py) both import this file, and
+The small GPT (model.py) and the book's Qwen3 (book/qwen3.py) both import this file, and
 `generate` runs either: it needs only their common interface, `forward(idx, mask, cache,
 hidden, index)`, `new_cache(B, L)` (one `KVCache` per layer), `lm_head_weight`,
 `cfg.vocab_size` and `cfg.max_seq_len`.

@@ -6,8 +6,8 @@
     python experiments.py fixes --seeds 0 --steps 30      # every fix, one seed, each run cut to 30 steps
     python experiments.py default --seeds 0 -- --lr 3e-4  # train.py flags for every run go after --
     python experiments.py all --seeds 0,1,2 --jobs 2      # the whole suite
-    python experiments.py table                           # the table of the runs in runs/exp (report.py)
-    python experiments.py instability --rounding plain,avx2   # a lesson under two roundings (provenance.py)
+    python experiments.py table                           # the table of the runs in runs/exp (lab/report.py)
+    python experiments.py instability --rounding plain,avx2   # a lesson under two roundings (lab/provenance.py)
 
 Edit a line of grpo.py and type the same command: the edited code runs into runs/exp/NAME+grpo.py and is drawn
 beside the unmodified code's runs of the experiment, never taken for them; where those are missing, they are made
@@ -16,7 +16,7 @@ committed) is drawn beside the committed experiment it is built on (`--base NAME
 `--label NAME` names such runs yourself (NAME+LABEL); `--steps N` cuts the runs into a folder of their own
 (NAME+stepsN).
 
-Each experiment is a list of train.py flags on top of COMMON (both in lessons.py, beside the
+Each experiment is a list of train.py flags on top of COMMON (both in lab/lessons.py, beside the
 lessons, fixes and variants that run them; a flag given again in the experiment replaces
 COMMON's), run as `python train.py ...` in a subprocess, so what --list prints is exactly what
 you would type; `default` is `python train.py` itself. A suite continues as `make` does: a run
@@ -30,8 +30,8 @@ Each question gets one figure (COMPARISONS), the mean over seeds with a min..max
 for the experiments named into runs/exp/figures/ (--figures figures re-draws the shipped ones).
 `--jobs 2` runs two runs side by side, one CPU thread each; `--nproc 2` runs each under
 torchrun on two processes instead. What the runs say (the lessons, the fixes, the tables and
-results.jsonl, which the pages' tables are written from) is report.py's; what each lesson, fix
-and variant runs and the check that judges it, lessons.py's.
+results.jsonl, which the pages' tables are written from) is lab/report.py's; what each lesson, fix
+and variant runs and the check that judges it, lab/lessons.py's.
 
 The lessons run the book's regime (`--recipe book`, one prompt per step, 500 steps as the chapter's
 runs), with the change its broken run makes (lesson 1: 4 inner epochs and no KL); the comparisons of
@@ -51,11 +51,11 @@ from typing import NamedTuple
 
 import torch
 
-import cli
-import lessons
-import provenance
-import report
-import run_folders
+from harness import cli
+from lab import lessons
+from lab import provenance
+from lab import report
+from lab import run_folders
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 COMMANDS = ("table", "check", "pages")  # names on the command line that are not experiments
@@ -594,13 +594,13 @@ def figures(runs_dir, out_dir, names, tag=""):
 # ---------------------------------------------------------------- the unmodified code's runs, beside a learner's
 
 def committed_experiments(root=ROOT):
-    """(EXPERIMENTS, COMMON) of lessons.py as the git commit holds it (a learner's uncommitted experiments left
-    out), or (None, None) outside a git checkout. lessons.py imports nothing of the project: its text runs alone."""
-    out = subprocess.run(["git", "show", "HEAD:lessons.py"], cwd=root, capture_output=True, text=True)
+    """(EXPERIMENTS, COMMON) of lab/lessons.py as the git commit holds it (a learner's uncommitted experiments left
+    out), or (None, None) outside a git checkout. lab/lessons.py imports nothing of the project but lab/permutation.py."""
+    out = subprocess.run(["git", "show", "HEAD:lab/lessons.py"], cwd=root, capture_output=True, text=True)
     if out.returncode != 0:
         return None, None
     module = {}
-    exec(compile(out.stdout, "lessons.py (the commit's)", "exec"), module)  # noqa: S102 - the project's own file
+    exec(compile(out.stdout, "lab/lessons.py (the commit's)", "exec"), module)  # noqa: S102 - the project's own file
     return module["EXPERIMENTS"], module["COMMON"]
 
 
@@ -855,7 +855,7 @@ def committed_as_is(name):
 
 
 def folders(runs_dir):
-    """The experiment folders in runs_dir: the experiments' own, in lessons.py's order, then the rest (a learner's
+    """The experiment folders in runs_dir: the experiments' own, in lab/lessons.py's order, then the rest (a learner's
     labelled, edited or cut runs, NAME+...), sorted."""
     present = sorted(d for d in os.listdir(runs_dir) if run_folders.seed_folders(os.path.join(runs_dir, d))) \
         if os.path.isdir(runs_dir) else []

@@ -34,7 +34,7 @@ import math
 
 import torch
 
-from distributed import all_sum, global_mean, global_std
+from harness.distributed import all_sum, global_mean, global_std
 
 
 # ---------------------------------------------------------------- 1. the batch: its sampler, its advantages
@@ -109,7 +109,7 @@ def field_objective(ratio, A, logp, old_logp, sampler_logp, mask, cfg, is_weight
     ratio (B, T) pi / pi_old per token; A (B, 1); logp, old_logp, sampler_logp, mask (B, T); is_weights:
     the importance weights of --tis-cap, or None. Each objective takes them as its source does: SAPO as a
     token's weight; GMPO as their geometric mean over the answer (verl); DPPO not at all, its own weight
-    pi / pi_sampler corrects for the sampler already (its authors ignore them; cli.py refuses the pair); VESPO
+    pi / pi_sampler corrects for the sampler already (its authors ignore them; harness/cli.py refuses the pair); VESPO
     inside its own weight of the answer, which it returns in their place."""
     eps_low, eps_high = cfg.clip_range
     if cfg.objective == "book":
@@ -154,7 +154,7 @@ def cispo_objective(ratio, adv, logp, eps_low, eps_high):
 
 def sapo_gate(ratio, A, tau_pos, tau_neg):
     """SAPO's gate on each token's policy gradient, against the plain one's: 4 sigmoid (1 - sigmoid) of tau (r - 1),
-    1 at r = 1 and smaller away from it (stats.py logs its mean: what SAPO does). ratio (B, T), A (B, 1)."""
+    1 at r = 1 and smaller away from it (harness/stats.py logs its mean: what SAPO does). ratio (B, T), A (B, 1)."""
     tau = torch.where(A > 0, tau_pos, tau_neg)  # (B, 1)
     s = torch.sigmoid(tau * (ratio - 1))
     return 4 * s * (1 - s)
@@ -259,7 +259,7 @@ def vespo_weights(logp, old_logp, A, mask, is_weights, k_pos, lambda_pos, k_neg,
     w^k from 0 and decays as e^(-lambda w) past its peak at k / lambda, so an answer far from the
     policy either way weighs little, smoothly. log w is clamped to [log 1e-8, 20] as TRL does; with
     --tis-cap the sampler's ratio joins w (the authors' rollout_is_weights), so w = pi / pi_sampler.
-    Its sources average over tokens (--loss-agg token_mean; cli.py asks for the value). This returns
+    Its sources average over tokens (--loss-agg token_mean; harness/cli.py asks for the value). This returns
     sg(phi(w)); field_objective() sets it on the policy gradient A log pi (policy_gradient).
     logp, old_logp, mask (B, T), A (B, 1) -> (B, 1)"""
     log_r = (logp.detach() - old_logp).clamp(-20.0, 20.0)  # (B, T)

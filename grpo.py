@@ -13,7 +13,7 @@ and the clip has work to do; and no KL penalty, as DAPO, Dr. GRPO and the book's
 the paper's one update and beta 0.04). Each variant is a flag on the one function that holds its idea (--ratio-level
 on `policy_ratio`, --kl-estimator on `kl_penalty`, ...), and a variant with a function of its own enters as one
 named call that does the plain thing while its flag is off; those functions are field_methods.py's. What a step logs
-is stats.py's: `grpo_step` hands each update to `watch`, which does nothing unless a caller gives one. reference.py
+is harness/stats.py's: `grpo_step` hands each update to `watch`, which does nothing unless a caller gives one. book/reference.py
 writes the chapter's step and the papers' as their authors do; tests hold this step equal to each at its flags.
 
 Where this step departs from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/),
@@ -35,8 +35,8 @@ import torch
 import field_methods
 import rewards
 # torchrun's part, each one call: global_mean (sum / count), global_std (.std()), same_count (the minibatches),
-# everywhere_finite (the loss and the gradient norm): in one process the plain formula (distributed.py)
-from distributed import everywhere_finite, global_mean, global_std, same_count
+# everywhere_finite (the loss and the gradient norm): in one process the plain formula (harness/distributed.py)
+from harness.distributed import everywhere_finite, global_mean, global_std, same_count
 from kernels import linear_logprobs_and_entropy, reference_logprobs_and_entropy, token_logprobs_and_entropy
 from rollouts import lagged_batch, minibatch_rows, rollout, sample_batch
 
@@ -70,7 +70,7 @@ def grpo_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, gener
             loss = grpo_loss(logp, old_logp[rows], ref, adv[rows], loss_mask[rows], cfg, entropy,
                              batch.sampler_logp[rows])
             grad_norm = backward(loss.value, learner, cfg.max_grad_norm)  # the gradient, its norm held to the limit
-            if watch is not None:  # what the step logs: stats.py
+            if watch is not None:  # what the step logs: harness/stats.py
                 watch(Update(epoch, batch, rows, adv, old_logp, loss_mask, logp, entropy, loss, grad_norm, zero_std))
             opt.step()
     return first
@@ -78,7 +78,7 @@ def grpo_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, gener
 
 class Update(NamedTuple):
     """One update, as grpo_step hands it to `watch` before its optimizer step: the policy is still the one whose
-    log-probs it holds (stats.py reads the exact KL off it)."""
+    log-probs it holds (harness/stats.py reads the exact KL off it)."""
     epoch: int                # 0, ..., mu - 1
     batch: object             # the epoch's rollouts.Rollouts: B rows
     rows: torch.Tensor        # (b,) the update's rows of it
@@ -187,7 +187,7 @@ def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, path="auto",
     head. path (--logprobs): textbook, the (n, V) logits, their log_softmax and the target's entry
     (kernels.reference_logprobs_and_entropy); fused, straight from the hidden states, never the logits
     (kernels/linear_logprobs.py); logits, the kernels on the logits without their log-softmax (kernels/logprobs.py).
-    auto: textbook on a CPU below FUSED_FROM tokens of vocabulary (this project's 287), fused above it and on a GPU.
+    auto: textbook on a CPU below FUSED_FROM tokens of vocabulary (this project's 287), fused from it and on a GPU.
     support (B, T, V) bool, --keep-sampling-mask: only what top-k / top-p left the sampler. groups (P, G),
     --share-prompts: G rows share their first P tokens, which the small GPT runs once a group."""
     h = model(tokens[:, :-1], mask[:, :-1], hidden=True, groups=groups)[loss_mask]  # (n, d)
@@ -204,7 +204,10 @@ def token_logprobs(model, tokens, mask, loss_mask, temperature=1.0, path="auto",
     return zeros.masked_scatter(loss_mask, logp), zeros.masked_scatter(loss_mask, entropy)
 
 
-FUSED_FROM = 32768  # vocabulary from which --logprobs auto takes the fused kernels on a CPU (bench/bench_head.py)
+# the vocabulary from which --logprobs auto takes the fused kernels on a CPU. bench/bench_head.py, one thread, 4,096
+# rows: at 287 tokens the fused head takes 0.79x the textbook's time, about 1% of a default step, which runs as fast
+# either way; at 4,096 it takes 0.61x, and the head is most of a step; at Qwen3's 151,936 the logits alone are 2 GB
+FUSED_FROM = 4096
 
 
 def completion_logits(hidden, weight, loss_mask, support=None):
@@ -251,7 +254,7 @@ def learner_temperature(cfg):
 # ---------------------------------------------------------------- 3. the loss
 
 class Loss(NamedTuple):
-    """What grpo_loss returns: the loss and what the step logs of it (stats.py)."""
+    """What grpo_loss returns: the loss and what the step logs of it (harness/stats.py)."""
     value: torch.Tensor         # scalar, to be minimised
     terms: dict                 # name -> scalar: pg_loss, kl (beta > 0), entropy_bonus (alpha != 0), loss
     ratio: torch.Tensor         # (B, T) per token, (B, 1) per answer: pi_theta / pi_old
@@ -396,7 +399,7 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
     constant:   sum over all tokens / (B * max_len) (Dr. GRPO): length carries no bias into the gradient;
     bnpo, luspo: the field's (field_methods.field_aggregate).
     A per-answer term (a sequence ratio's objective, the sequence-level KL) is weighed once an answer only by
-    seq_mean; the others would count it once a token, and cli.py refuses them."""
+    seq_mean; the others would count it once a token, and harness/cli.py refuses them."""
     mask = mask.to(token_loss.dtype)
     if mode == "seq_mean":
         total = sequence_mean(token_loss, mask).sum()
@@ -409,7 +412,7 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
         count = mask.shape[0] * max_len
     else:
         return field_methods.field_aggregate(token_loss, mask, mode)  # bnpo, luspo (an unknown name is a ValueError there)
-    return global_mean(total, count)  # total / count; under torchrun over every rank's rows (distributed.py)
+    return global_mean(total, count)  # total / count; under torchrun over every rank's rows (harness/distributed.py)
 
 
 def token_weights(mask, mode="seq_mean"):

@@ -12,7 +12,7 @@ Positions are learned embeddings indexed by each row's own position (`cumsum(mas
 so a left-padded prompt is seen exactly as the same prompt without padding.
 
 Sampling (`decoding.generate`) and the KV cache live in decoding.py, which the book's own
-model, Qwen3 (qwen3.py, with the same interface: forward, new_cache, lm_head_weight,
+model, Qwen3 (book/qwen3.py, with the same interface: forward, new_cache, lm_head_weight,
 cfg.vocab_size, cfg.max_seq_len), shares with this one.
 
     python bench/bench_sampling.py     # sampling and training speed

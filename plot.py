@@ -71,7 +71,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
-from run_folders import is_number, moving_average, read_metrics, seed_folders, series  # noqa: E402
+from lab.run_folders import is_number, moving_average, read_metrics, seed_folders, series  # noqa: E402
 
 DPI = 100
 
@@ -163,7 +163,7 @@ FIGSIZE = {1: (6, 3.6), 2: (10, 3.6), 4: (9, 6.5)}  # inches, by number of subpl
 TITLE_CHARS_PER_INCH, LEGEND_CHARS_PER_INCH = 9, 13
 
 # ----------------------------------------------------------------------------------
-# reading run folders (a run's metrics.jsonl and an experiment's seed folders: run_folders.py)
+# reading run folders (a run's metrics.jsonl and an experiment's seed folders: lab/run_folders.py)
 
 
 class RunError(Exception):

@@ -16,7 +16,7 @@ Where this departs from the book (rasbt/reasoning-from-scratch):
    `reward_rlvr` does: no box, no credit. The box is found as the book's ch03
    `get_last_boxed` finds it (`extract_boxed`). The book's MATH-500 evaluation instead
    falls back to the last number when there is no box (`final_answer`, used by
-   evaluation.py under `train.py --eval-fallback number`); training never does.
+   harness/evaluation.py under `train.py --eval-fallback number`); training never does.
 2. Our format check (`format_reward`) is explicit string checks, one visible line per
    edge case. The book's `ch07/03_rlvr_grpo_scripts_advanced/7_6_plus_format_reward.py`
    pays the bonus whenever `<think>` comes before `</think>`, with nothing in between or

@@ -48,7 +48,7 @@ with the same answer format (`\\boxed{...}`) and the same `<think>` convention.
 The book's own task, MATH, is here too (`--task math --data FILE` in train.py, with the
 book's model): `load_math` reads problems and answers from a local JSON list or JSONL
 file, `MathProblem.prompt` is the book's prompt (ch03's render_prompt), `math_split`
-holds out a fixed share of a file, and `math_answer_equal` (math_grader.py) grades the
+holds out a fixed share of a file, and `math_answer_equal` (book/math_grader.py) grades the
 answer forms of MATH.
 """
 import argparse
@@ -58,7 +58,7 @@ import re
 import zlib
 from dataclasses import dataclass
 
-from math_grader import math_answer_equal  # noqa: F401 (the MATH grader, importable from here)
+from book.math_grader import math_answer_equal  # noqa: F401 (the MATH grader, importable from here)
 
 PROMPT_TEMPLATE = "Evaluate left to right: {expr}\n"  # the one prompt template
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"

@@ -9,7 +9,7 @@
         --init checkpoints/warmstart_search.pt --eval-sampled       # the book's 7_3 runs away (EXPERIMENTS.md, lesson 3)
     python train.py --recipe book_qwen3 --model qwen3-0.6b-base --task math ...   # the book's model (docs/book_model.md)
 
-`main` reads in the order a run goes: its config (the flags, checked by cli.py before
+`main` reads in the order a run goes: its config (the flags, checked by harness/cli.py before
 anything is written), the model, the loop, the evaluations and the saves. Each step samples
 G answers for each of --prompts-per-step problems, scores them and updates the policy:
 train_step -> grpo.grpo_step, watched by stats.StepLog, which records what each update did. Every --eval-every steps (and at step 0) the policy answers the fixed
@@ -26,7 +26,7 @@ Crash safety: checkpoints are written to a temp file and renamed, one flushed li
 step, and a resume drops metrics lines after the checkpoint's step, so a `kill -9` at any
 moment leaves no gap or duplicate. Step s's problems and sampling noise are seeded by
 (seed, s) (and the rank), so a resumed run repeats the uninterrupted one exactly. Under
-torchrun only rank 0 writes the run folder (distributed.py says how the ranks agree).
+torchrun only rank 0 writes the run folder (harness/distributed.py says how the ranks agree).
 """
 import collections
 import contextlib
@@ -37,16 +37,16 @@ import time
 
 import torch
 
-import cli
-import distributed
 import field_methods
 import grpo
-import run_folders
-import stats
 import tasks
-from evaluation import evaluate, pass_at_k, pass_metrics
+from book.qwen3 import save_pretrained
+from harness import cli
+from harness import distributed
+from harness import stats
+from harness.evaluation import evaluate, pass_at_k, pass_metrics
+from lab import run_folders
 from model import CheckpointError, save_checkpoint
-from qwen3 import save_pretrained
 
 # an evaluation samples with a seed of its own, step_seed plus one of these primes, so that a
 # resumed run repeats it and it never draws the noise of a training step
@@ -56,7 +56,7 @@ PASS_AT_K_SEED = 104729  # --eval-pass-k: K answers a problem, the same on every
 
 def main(args):
     t_start = time.time()
-    device = distributed.init(cli.resolve_device(args.device))  # torchrun: join the other ranks (distributed.py)
+    device = distributed.init(cli.resolve_device(args.device))  # torchrun: join the other ranks (harness/distributed.py)
     rank = distributed.rank()  # this process's rank: 0 in one process
     n_ranks = distributed.world()  # of how many: 1 in one process
     log = print if rank == 0 else (lambda *a, **k: None)  # one copy of every line, not N

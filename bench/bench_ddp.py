@@ -48,10 +48,10 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import grpo  # noqa: E402
-from stats import logged_step  # noqa: E402
 import tasks  # noqa: E402
-import cli  # noqa: E402
 import train  # noqa: E402
+from harness import cli  # noqa: E402
+from harness.stats import logged_step  # noqa: E402
 
 # name -> (row label, processes, threads per process, environment, extra train.py flags)
 CONFIGS = {"1x1": ("1 x 1 thread", 1, 1, {}, []),

@@ -34,9 +34,9 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import tasks  # noqa: E402
+from book.qwen3 import Qwen3, Qwen3Config  # noqa: E402
 from decoding import generate  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
-from qwen3 import Qwen3, Qwen3Config  # noqa: E402
 
 TINY_QWEN3 = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024)
@@ -57,7 +57,7 @@ class NoStopQwen3(Qwen3):
 
 
 def gpt_case(args):
-    import sft
+    from harness import sft
     from tokenizer import build_tokenizer, encode_prompt
     enc = build_tokenizer(sft.build_tokenizer_spec(0))
     torch.manual_seed(0)

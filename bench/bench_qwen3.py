@@ -27,12 +27,12 @@ import zlib
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import grpo  # noqa: E402
 import config  # noqa: E402
-from stats import logged_step  # noqa: E402
+import grpo  # noqa: E402
 import tasks  # noqa: E402
+from book.qwen3 import Qwen3, Qwen3Config  # noqa: E402
 from decoding import generate  # noqa: E402
-from qwen3 import Qwen3, Qwen3Config  # noqa: E402
+from harness.stats import logged_step  # noqa: E402
 from tokenizer import encode_text  # noqa: E402
 
 TINY = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,

@@ -23,7 +23,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-import provenance  # noqa: E402
+from lab import provenance  # noqa: E402
 
 # name -> (threads, environment): the roundings experiments.py offers, then one that changes nothing here
 SETTINGS = {**{name: (threads, env) for name, (threads, env, _) in provenance.ROUNDINGS.items()},

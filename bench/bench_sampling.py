@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import sft  # noqa: E402
 import tasks  # noqa: E402
 from decoding import generate  # noqa: E402
+from harness import sft  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from tokenizer import build_tokenizer, encode_text  # noqa: E402
 

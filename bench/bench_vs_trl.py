@@ -53,8 +53,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import tasks  # noqa: E402
-from stats import logged_step  # noqa: E402
 from config import GRPOConfig  # noqa: E402
+from harness.stats import logged_step  # noqa: E402
 from tokenizer import build_tokenizer, encode_prompt  # noqa: E402
 
 D_MODEL, N_LAYER, N_HEAD = 128, 4, 4
@@ -70,7 +70,7 @@ SAME_WORK = {"bf16": False, "gradient_checkpointing": False, "param_dtype": "flo
 
 
 def our_tokenizer():
-    import sft
+    from harness import sft
     return build_tokenizer(sft.build_tokenizer_spec(0))
 
 

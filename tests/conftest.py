@@ -48,7 +48,7 @@ TINY_WARM_FLAGS = ["--steps", "150", "--n-layer", "1", "--d-model", "64", "--n-h
 @pytest.fixture(scope="session")
 def tiny_warm(tmp_path_factory):
     """Path of the tiny warm start (built once per test session), and its SFT losses."""
-    import sft
+    from harness import sft
     path = str(tmp_path_factory.mktemp("warm") / "tiny.pt")
     _, _, losses = sft.main(sft.get_parser().parse_args([*TINY_WARM_FLAGS, "--out", path]))
     return path, losses
@@ -116,7 +116,7 @@ def digit_reward(monkeypatch):
     monkeypatch.setattr(rewards, "score", score)
 
 
-# The one slow check: `python sft.py` from scratch (about 3 minutes of one core). It starts
+# The one slow check: `python harness/sft.py` from scratch (about 3 minutes of one core). It starts
 # in the background as soon as the tests are collected, so it runs on the second core while
 # the rest of the suite (one thread) runs on the first; test_warmstart.py waits for it.
 FRESH_BUILD_TEST = "test_a_fresh_build_reaches_the_shipped_quality"
@@ -128,7 +128,7 @@ def pytest_collection_finish(session):
         import tempfile
         out = tempfile.mkdtemp(prefix="fresh_warm_")
         log = open(os.path.join(out, "sft.log"), "w")
-        cmd = [sys.executable, "sft.py", "--out", os.path.join(out, "warmstart.pt"), "--pass-k", "0", "--threads", "1"]
+        cmd = [sys.executable, "harness/sft.py", "--out", os.path.join(out, "warmstart.pt"), "--pass-k", "0", "--threads", "1"]
         session.config.fresh_build = (subprocess.Popen(cmd, cwd=ROOT, stdout=log,
                                                        stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}),
                                       out)
@@ -147,5 +147,5 @@ def pytest_sessionfinish(session):
 
 @pytest.fixture(scope="session")
 def fresh_build(request):
-    """(process, folder) of the background `python sft.py` started at collection."""
+    """(process, folder) of the background `python harness/sft.py` started at collection."""
     return request.config.fresh_build

@@ -21,12 +21,12 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
-import distributed  # noqa: E402
 import config  # noqa: E402
 import grpo  # noqa: E402
-from stats import logged_step  # noqa: E402
 import rollouts  # noqa: E402
 import tasks  # noqa: E402
+from harness import distributed  # noqa: E402
+from harness.stats import logged_step  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from tokenizer import build_tokenizer  # noqa: E402
 

@@ -8,16 +8,16 @@ import os
 import pytest
 import torch
 
-import qwen3
 import rewards
 import tasks
-import cli
 import train
+from book import qwen3
+from book.hf_tokenizer import load_pretrained_tokenizer
+from book.qwen3 import load_pretrained, read_safetensors
 from config import GRPOConfig
+from harness import cli
 from model import CheckpointError
-from qwen3 import load_pretrained, read_safetensors
 from rollouts import rollout
-from tokenizer import load_pretrained_tokenizer
 from test_qwen3 import book_state_dict, write_folder
 from test_qwen_tokenizer import CORPUS, learn_ranks, qwen_tokenizer_json
 
@@ -92,7 +92,7 @@ def test_a_rollout_ends_each_turn_at_any_of_the_stop_tokens(book):
 
 
 def test_chat_template_wraps_every_prompt_the_run_samples_and_evaluates(book, tmp_path, monkeypatch):
-    import evaluation
+    from harness import evaluation
     import rollouts
     seen = []
     for module in (rollouts, evaluation):

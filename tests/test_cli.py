@@ -1,4 +1,4 @@
-"""cli.py: train.py's flags and their checks, as a user meets them: one-line errors with exit 2
+"""harness/cli.py: train.py's flags and their checks, as a user meets them: one-line errors with exit 2
 before anything is written, warnings for flags that can do nothing, defaults from GRPOConfig."""
 import dataclasses
 import json
@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-import cli
 import config
 import field_methods
 import grpo
+from harness import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -187,7 +187,7 @@ def test_print_config_warns_in_one_line_and_refuses_with_exit_2():
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "error: --keep-sampling-mask" in out.stderr
 
 
-@pytest.mark.parametrize("script", ["train.py", "sft.py", "plot.py"])
+@pytest.mark.parametrize("script", ["train.py", "harness/sft.py", "plot.py"])
 def test_help_works(script):
     out = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "usage" in out.stdout
@@ -293,9 +293,9 @@ def test_eval_pass_n_without_a_k_it_can_estimate_is_refused_in_one_line(argv, tm
 
 
 def test_evaluation_refuses_pass_n_below_pass_k_in_one_line():
-    out = subprocess.run([sys.executable, "evaluation.py", "--pass-k", "8", "--pass-n", "4"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "harness/evaluation.py", "--pass-k", "8", "--pass-n", "4"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and out.stderr == "evaluation.py: error: --pass-n 4 needs --pass-k K with 0 < K <= N, got 8\n"
+    assert out.returncode == 2 and out.stderr == "harness/evaluation.py: error: --pass-n 4 needs --pass-k K with 0 < K <= N, got 8\n"
 
 
 def test_a_run_with_a_rollout_lag_refuses_to_resume_and_leaves_its_folder_as_it_was(tmp_path):
@@ -337,7 +337,7 @@ def test_a_warm_start_that_does_not_match_its_checksum_is_refused_naming_its_bui
     one line (train.py: exit 2, before anything is written), naming the command that rebuilds it; an
     intact copy loads; a file with no .sha256 beside it is not checked."""
     import shutil
-    import sft
+    from harness import sft
     shipped = "checkpoints/warmstart_rare.pt"
     assert shipped in sft.SHIPPED and os.path.exists(os.path.join(ROOT, shipped + ".sha256"))
     copy = tmp_path / "warmstart_rare.pt"

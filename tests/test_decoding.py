@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import decoding
+from book.qwen3 import Qwen3, Qwen3Config
 from decoding import generate
 from model import GPT, GPTConfig
-from qwen3 import Qwen3, Qwen3Config
 
 V = 64
 pytestmark = pytest.mark.roundings  # every test here compares a fast path's numbers with the reference's

@@ -14,9 +14,9 @@ import time
 import pytest
 import torch
 
-import distributed
-import cli
 import train
+from harness import distributed
+from harness import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # --standalone: torchrun picks a free localhost port itself
@@ -146,7 +146,7 @@ def test_a_batch_that_does_not_split_over_the_ranks_is_refused(monkeypatch):
 
 
 def test_sft_runs_under_two_ranks(tmp_path):
-    run = torchrun("sft.py", "--steps", "3", "--n-layer", "1", "--d-model", "32", "--n-head", "2", "--batch-size", "8",
+    run = torchrun("harness/sft.py", "--steps", "3", "--n-layer", "1", "--d-model", "32", "--n-head", "2", "--batch-size", "8",
                    "--eval-size", "4", "--pass-k", "0", "--level", "easy", "--eval-level", "easy",
                    "--out", str(tmp_path / "w.pt"))
     assert run.returncode == 0, run.stderr[-3000:]

@@ -8,11 +8,11 @@ import sys
 import pytest
 import torch
 
-import evaluation
 import tasks
-import cli
 import train
 from decoding import Sampled
+from harness import evaluation
+from harness import cli
 from model import load_checkpoint
 from tokenizer import build_tokenizer, encode_completion, encode_text
 
@@ -172,7 +172,7 @@ def test_the_unbiased_pass_at_k_is_the_share_of_k_subsets_holding_a_right_sample
 
 def test_the_command_prints_greedy_accuracy_pass_at_k_and_the_reasoned_share(tiny_warm):
     args = ["--level", "easy", "--eval-size", "12", "--pass-k", "3", "--pass-k-problems", "5"]
-    out = subprocess.run([sys.executable, "evaluation.py", tiny_warm[0], *args], cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "harness/evaluation.py", tiny_warm[0], *args], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     model, ckpt = load_checkpoint(tiny_warm[0])
@@ -181,9 +181,9 @@ def test_the_command_prints_greedy_accuracy_pass_at_k_and_the_reasoned_share(tin
     ev, pk = evaluation.evaluate(model, enc, problems), evaluation.pass_at_k(model, enc, problems[:5], 3)
     assert out.stdout == (f"greedy accuracy {ev['accuracy']:.1%} (think format {ev['format']:.1%}) on 12 easy problems | "
                           f"at T 1 on the first 5: pass@3 {pk['pass']:.1%}, {pk['reasoned']:.1%} of the 15 answers reason\n")
-    bad = subprocess.run([sys.executable, "evaluation.py", "missing.pt"], cwd=ROOT, capture_output=True, text=True,
+    bad = subprocess.run([sys.executable, "harness/evaluation.py", "missing.pt"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
-    assert bad.returncode == 2 and bad.stderr == "evaluation.py: error: checkpoint not found: missing.pt\n"
+    assert bad.returncode == 2 and bad.stderr == "harness/evaluation.py: error: checkpoint not found: missing.pt\n"
 
 
 @pytest.mark.parametrize("level", list(tasks.LEVELS))

@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-import cli
 import config
 import experiments
-import lessons
 import plot
-import provenance
-import report
-import run_folders
+from harness import cli
+from lab import lessons
+from lab import provenance
+from lab import report
+from lab import run_folders
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -577,7 +577,7 @@ def with_config(folder, edited, commit="abc123", machine="x86_64, 2 CPUs (AMD EP
 
 def add_a_flag(project):
     """A learner's tiny flag, uncommitted, as docs/adding_a_variant.md adds one: --adv-scale, a GRPOConfig field
-    (config.py) that grpo.advantages applies, and an experiment that sets it (lessons.py)."""
+    (config.py) that grpo.advantages applies, and an experiment that sets it (lab/lessons.py)."""
     config = (project / "config.py").read_text()
     anchor = '    reward_norm: str = knob('
     config = config.replace(anchor, '    adv_scale: float = knob("advantages and sampling", 1.0, "times each advantage")\n'
@@ -587,9 +587,9 @@ def add_a_flag(project):
     old = "    if cfg.adv_clip > 0:\n        adv = adv.clamp(-cfg.adv_clip, cfg.adv_clip)\n"
     assert grpo.count(old) == 1
     (project / "grpo.py").write_text(grpo.replace(old, "    adv = adv * cfg.adv_scale\n" + old))
-    text = (project / "lessons.py").read_text()
+    text = (project / "lab/lessons.py").read_text()
     anchor = '    "onpolicy": (["--mu", "1"],'
-    (project / "lessons.py").write_text(text.replace(anchor, '    "adv_scale": (["--adv-scale", "2"], "twice the '
+    (project / "lab/lessons.py").write_text(text.replace(anchor, '    "adv_scale": (["--adv-scale", "2"], "twice the '
                                                               'advantages"),\n' + anchor, 1))
 
 
@@ -613,7 +613,7 @@ def test_a_new_flag_uncommitted_is_drawn_beside_the_unmodified_code_made_from_a_
     assert "default: seed 0 of the unmodified code, from a clean copy of commit" in out.stdout
     png = f"exp_adv_scale+steps2+config.py+grpo.py@{provenance.edit_fingerprint(config['code'])}.png"
     assert (tmp_path / "exp" / "figures" / png).exists() and png in out.stdout
-    assert git_status(project) == before  # config.py, grpo.py, lessons.py: the learner's own, and nothing else
+    assert git_status(project) == before  # config.py, grpo.py, lab/lessons.py: the learner's own, and nothing else
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=project, capture_output=True, text=True).stdout
     assert len(worktrees.strip().splitlines()) == 1
     again = suite(project, tmp_path, "adv_scale", "--seeds", "0", "--steps", "2", *SMALL)  # now both are there
@@ -623,9 +623,9 @@ def test_a_new_flag_uncommitted_is_drawn_beside_the_unmodified_code_made_from_a_
 def test_a_new_experiment_without_a_base_is_refused_in_one_line_naming_base(project, tmp_path):
     """An experiment whose flags contain no committed experiment's (it changes COMMON's eval-every) is refused
     before anything runs, saying how to name its base; with --base it runs beside that one."""
-    text = (project / "lessons.py").read_text()
+    text = (project / "lab/lessons.py").read_text()
     anchor = '    "onpolicy": (["--mu", "1"],'
-    (project / "lessons.py").write_text(text.replace(anchor, '    "sparse_eval": (["--eval-every", "50"], "fewer '
+    (project / "lab/lessons.py").write_text(text.replace(anchor, '    "sparse_eval": (["--eval-every", "50"], "fewer '
                                                               'evaluations"),\n' + anchor, 1))
     out = suite(project, tmp_path, "sparse_eval", "--seeds", "0", "--steps", "2", *SMALL)
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
@@ -732,21 +732,21 @@ def test_check_and_table_name_a_learners_own_runs_and_what_they_are(tmp_path):
 def test_pages_writes_the_pages_tables_again_from_the_record_and_records_nothing(project, tmp_path):
     """A learner who adds an experiment changes what the pages say of the suites (the times part counts it): the
     test that fails says to run `python experiments.py pages`, which writes the pages again and records nothing."""
-    text = (project / "lessons.py").read_text()
+    text = (project / "lab/lessons.py").read_text()
     anchor = '    "onpolicy": (["--mu", "1"],'
-    (project / "lessons.py").write_text(text.replace(anchor, '    "lr_half": (["--lr", "5e-5"], "half the lr"),\n'
+    (project / "lab/lessons.py").write_text(text.replace(anchor, '    "lr_half": (["--lr", "5e-5"], "half the lr"),\n'
                                                               + anchor, 1))
     for page in report.PAGES:  # the project's copy holds no pages (conftest.project): the real ones
         os.makedirs(project / os.path.dirname(page), exist_ok=True)
         shutil.copy(os.path.join(ROOT, page), project / page)
     results = (project / "results.jsonl").read_bytes()
-    out = subprocess.run([sys.executable, "-c", "import report; print(report.stale_parts(report.load_results()))"],
+    out = subprocess.run([sys.executable, "-c", "from lab import report; print(report.stale_parts(report.load_results()))"],
                          cwd=project, capture_output=True, text=True)
     assert "the part 'times' differs" in out.stdout
     out = subprocess.run([sys.executable, "experiments.py", "pages"], cwd=project, capture_output=True, text=True)
     assert out.returncode == 0 and "nothing recorded: EXPERIMENTS.md" in out.stdout, out.stderr
     assert (project / "results.jsonl").read_bytes() == results
-    out = subprocess.run([sys.executable, "-c", "import report; print(report.stale_parts(report.load_results()))"],
+    out = subprocess.run([sys.executable, "-c", "from lab import report; print(report.stale_parts(report.load_results()))"],
                          cwd=project, capture_output=True, text=True)
     assert out.stdout.strip() == "[]"
 

@@ -21,9 +21,9 @@ import torch
 
 import field_methods
 import grpo
-from stats import logged_step
 from config import GRPOConfig
 from grpo import grpo_loss
+from harness.stats import logged_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENGTHS = [3, 2, 4]  # three answers' completion tokens; T = 4, padding after
@@ -136,7 +136,7 @@ def test_gmpo_takes_the_samplers_weights_as_their_geometric_mean_over_the_answer
 
 def test_dppo_takes_no_second_sampler_weight():
     """DPPO weighs each token by pi / pi_sampler already (its authors take no rollout weight): with --tis-cap the
-    loss and its gradient are DPPO's own, not times min(pi_old / pi_sampler, C) again (cli.py refuses the pair)."""
+    loss and its gradient are DPPO's own, not times min(pi_old / pi_sampler, C) again (harness/cli.py refuses the pair)."""
     mu, pi = probability_case()
     sampler = tensor([[math.log(p) for p in row] for row in mu])
     old = sampler + tensor(IS_LOG_W)  # pi_old / pi_sampler of 0.3 to 4: a second weight would move every term
@@ -603,7 +603,7 @@ def test_every_field_function_names_the_source_it_was_checked_against():
 def sampled(path, level, n_prompts=16, **flags):
     """A batch sampled by a shipped warm start (8 answers to each of n_prompts problems of a level, seed 0), and the
     learner's own log-probs of it over the full vocabulary (pi_old, float32 as a step takes them)."""
-    import cli
+    from harness import cli
     import rollouts
     import tasks
     policy, enc, _ = cli.load_init(os.path.join(ROOT, "checkpoints", path))

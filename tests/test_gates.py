@@ -1,10 +1,10 @@
-"""The gates and the fixes' numbers a step logs (stats.py), each against its formula on a hand-built batch
+"""The gates and the fixes' numbers a step logs (harness/stats.py), each against its formula on a hand-built batch
 or update whose expected value is worked out by hand below.
 
     python -m pytest -q tests/test_gates.py
 
 A fix's verdict reads a number of the run without it and with it, and its gates say whether the run without
-it had anything for the fix to act on (each record's failure, lessons.py); run_summary averages what a step logs.
+it had anything for the fix to act on (each record's failure, lab/lessons.py); run_summary averages what a step logs.
 A gate on the wrong scale or over the wrong denominator still gives a plausible number, so each is checked
 at the value its formula gives, on cases chosen to tell the right scale and denominator from the wrong ones:
 
@@ -33,9 +33,9 @@ import pytest
 import torch
 
 import grpo
-import lessons
-import stats
 from config import GRPOConfig
+from harness import stats
+from lab import lessons
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -6,13 +6,13 @@ import torch
 
 import field_methods
 import grpo
-from stats import logged_step
 import rollouts
 import tasks
-from field_methods import kl_cov_penalty
 from config import GRPOConfig
+from field_methods import kl_cov_penalty
 from grpo import aggregate, clipped_objective, group_advantages, grpo_loss, kl_penalty, policy_ratio
-from stats import StepStats, update_stats
+from harness.stats import logged_step
+from harness.stats import StepStats, update_stats
 
 
 def surrogate_and_grad(r, A, eps_low=0.2, eps_high=0.2, dual=0.0):

@@ -12,17 +12,17 @@ import math
 import pytest
 import torch
 
-import cli
 import field_methods
 import grpo
-from stats import logged_step
 import rollouts
-import stats
 import tasks
-from decoding import generate
 from config import GRPOConfig
+from decoding import generate
+from harness import cli
+from harness import stats
+from harness.stats import logged_step
+from harness.stats import StepStats
 from model import GPT, GPTConfig, load_checkpoint
-from stats import StepStats
 from tokenizer import build_tokenizer
 
 
@@ -533,7 +533,7 @@ def test_exact_kl_sums_the_kl_over_the_whole_vocabulary(enc, tiny_model, digit_r
 def test_share_prompts_reaches_the_learner_and_changes_its_log_probs_by_rounding_only(enc):
     """--share-prompts hands the batch's groups to the model (one prompt pass a group); off, the model
     gets none, so a run is the code's without the flag number for number."""
-    import cli
+    from harness import cli
     policy, enc_, _ = cli.load_init("checkpoints/warmstart.pt")
     cfg = GRPOConfig()
     batch, _ = rollouts.sample_batch(policy, enc_, lambda: next(iter(tasks.problems("medium", 0))), 4, cfg,

@@ -17,8 +17,8 @@ import field_methods
 import grpo
 import rollouts
 import tasks
-import cli
 from config import GRPOConfig
+from harness import cli
 from model import GPT, GPTConfig
 from tokenizer import build_tokenizer
 

@@ -1,4 +1,4 @@
-"""The test a verdict runs over seeds (permutation.py): its p-value by hand and against a plain enumeration in exact
+"""The test a verdict runs over seeds (lab/permutation.py): its p-value by hand and against a plain enumeration in exact
 fractions, its size under no effect, the effect, its interval, the probability of improvement, and the smallest
 effect it detects.
 
@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import pytest
 
-import permutation as P
+from lab import permutation as P
 
 
 def p_by_enumeration(without, with_, side):

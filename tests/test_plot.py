@@ -1,5 +1,5 @@
 """
-Tests for plot.py: smoothing on hand-computed cases (run_folders.py's trailing means), and the
+Tests for plot.py: smoothing on hand-computed cases (lab/run_folders.py's trailing means), and the
 CLI on synthetic run folders (corrupt lines, several runs, missing metrics, missing folders).
 
     python -m pytest tests/test_plot.py -q
@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import plot  # noqa: E402
-import run_folders  # noqa: E402
+from lab import run_folders  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

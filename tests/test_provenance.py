@@ -1,4 +1,4 @@
-"""provenance.py: which code, machine and rounding a run's numbers came from.
+"""lab/provenance.py: which code, machine and rounding a run's numbers came from.
 
     python -m pytest -q tests/test_provenance.py
 
@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-import provenance
+from lab import provenance
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,8 +29,8 @@ def test_a_run_imports_the_pipelines_files_through_every_kind_of_import():
     folder's writer, not the plotting, reporting or test files a run never imports."""
     files = provenance.source_files()
     assert {"train.py", "grpo.py", "rewards.py", "rollouts.py", "model.py", "kernels/__init__.py", "kernels/logprobs.py",
-            "kernels/linear_logprobs.py", "provenance.py", "run_folders.py"} <= set(files)
-    assert not {"plot.py", "lessons.py", "report.py", "experiments.py"} & set(files)
+            "kernels/linear_logprobs.py", "lab/provenance.py", "lab/run_folders.py"} <= set(files)
+    assert not {"plot.py", "lab/lessons.py", "lab/report.py", "experiments.py"} & set(files)
     assert not any(f.startswith(("tests/", "docs/", "bench/")) for f in files)
 
 
@@ -77,6 +77,8 @@ def test_code_changes_names_what_differs_from_the_code_a_run_ran(project, case, 
 def test_changes_text_words_a_list_of_files_and_a_run_without_a_record():
     assert provenance.changes_text(["grpo.py"]) == "grpo.py changed since it ran"
     assert provenance.changes_text(["commit 0123"]) == "it ran commit 0123, whose files were not recorded"
+    assert provenance.changes_text(["cli.py", "grpo.py", "harness/cli.py"]).startswith(
+        "it ran the code from before its files moved into lab/, book/ and harness/")  # a learner's older run
     assert provenance.edit_label(["grpo.py", "rewards.py"]) == "grpo.py, rewards.py edited"
 
 

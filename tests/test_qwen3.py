@@ -1,4 +1,4 @@
-"""Qwen3 (qwen3.py) on tiny random configs: the shared sampling and log-prob paths, and
+"""Qwen3 (book/qwen3.py) on tiny random configs: the shared sampling and log-prob paths, and
 load_pretrained on folders written here against a forward written from the formulas, and
 on the book's own state_dicts against the same weights under Hugging Face's names.
 
@@ -19,14 +19,14 @@ import torch
 import torch.nn.functional as F
 
 import grpo
-from stats import logged_step
 import grpo
-import qwen3
 import tasks
+from book import qwen3
+from book.qwen3 import Qwen3, Qwen3Config, load_pretrained, read_safetensors, save_pretrained
 from config import GRPOConfig
 from decoding import generate
+from harness.stats import logged_step
 from model import CheckpointError
-from qwen3 import Qwen3, Qwen3Config, load_pretrained, read_safetensors, save_pretrained
 
 # head_dim 24 is not hidden_size / heads (16), as in Qwen3-0.6B (128, not 1024 / 16)
 TINY = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,

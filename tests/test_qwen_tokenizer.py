@@ -14,8 +14,8 @@ import pytest
 import regex
 
 import tasks
-from tokenizer import (bpe_parts, bytes_to_unicode, encode_prompt, encode_text, learn_merges, load_pretrained_tokenizer,
-                       stop_tokens)
+from book.hf_tokenizer import bpe_parts, bytes_to_unicode, load_pretrained_tokenizer
+from tokenizer import encode_prompt, encode_text, learn_merges, stop_tokens
 
 QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
                 r"\s+(?!\S)|\s+")

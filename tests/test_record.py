@@ -15,8 +15,8 @@ import os
 import pytest
 
 import experiments
-import provenance
-import report
+from lab import provenance
+from lab import report
 
 
 def write_run(folder, steps, last, flags=(), config=True, rounding="plain", code=None, **logged):

@@ -1,4 +1,4 @@
-"""reference.py's two steps, as their authors write them, against grpo.grpo_step at their flags: the same weights
+"""book/reference.py's two steps, as their authors write them, against grpo.grpo_step at their flags: the same weights
 and the same loss after one step. Each reference is its own copy of the formulas, so an edit of grpo.py that
 changes what the step computes makes one of these fail (docs/adding_a_variant.md says which, and why).
 
@@ -9,12 +9,12 @@ import json
 import pytest
 import torch
 
-import cli
 import grpo
-import reference
 import tasks
 import train
+from book import reference
 from config import GRPOConfig
+from harness import cli
 
 
 def one_step_each(steps, warm_policy, cfg, ref, n_prompts):

@@ -1,4 +1,4 @@
-"""report.py's record of the runs: results.jsonl, and the pages' tables written from it.
+"""lab/report.py's record of the runs: results.jsonl, and the pages' tables written from it.
 
     python -m pytest -q tests/test_report.py
 
@@ -19,8 +19,8 @@ import sys
 
 import pytest
 
-import lessons
-import report
+from lab import lessons
+from lab import report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,7 +48,7 @@ def logged_names(root=ROOT):
     """Every name a step logs by name in the project's code: stats.mean("name", ...) and its kin, and the
     share a field method's mask takes out (dropped["name"])."""
     names = set()
-    for path in glob.glob(os.path.join(root, "*.py")):
+    for path in [*glob.glob(os.path.join(root, "*.py")), *glob.glob(os.path.join(root, "*", "*.py"))]:
         code = open(path, encoding="utf-8").read()
         names |= set(re.findall(r'\bstats\.(?:mean|std|min|max|ratio|count|corr)\(\s*"(\w+)"', code))
         names |= set(re.findall(r'dropped\["(\w+)"\]', code))
@@ -66,8 +66,8 @@ def test_every_number_a_step_logs_has_its_row_on_docs_metrics_md():
 
 
 def test_report_reads_runs_without_importing_matplotlib():
-    """report.py reads metrics files through run_folders.py: importing it, in a fresh process, loads no plotting."""
-    out = subprocess.run([sys.executable, "-c", "import sys, report; print('matplotlib' in sys.modules)"], cwd=ROOT,
+    """lab/report.py reads metrics files through lab/run_folders.py: importing it, in a fresh process, loads no plotting."""
+    out = subprocess.run([sys.executable, "-c", "import sys; from lab import report; print('matplotlib' in sys.modules)"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout == "False\n", out.stderr
 
@@ -109,7 +109,7 @@ def test_a_part_naming_a_lesson_lessons_py_lacks_is_refused_in_one_line_before_a
     with pytest.raises(report.ResultsError) as e:
         report.write_pages(records, root=str(tmp_path))
     assert str(e.value) == ("EXPERIMENTS.md: the generated part 'lesson instability_gone' names 'instability_gone', "
-                            "which lessons.py does not have: remove the part, or name one that it has")
+                            "which lab/lessons.py does not have: remove the part, or name one that it has")
     assert {page: (tmp_path / page).read_text() for page in report.PAGES} == before
 
 
@@ -300,16 +300,16 @@ OTHER_TOOLS = {  # flags the pages name that belong to another program than this
 
 def test_every_flag_a_page_names_is_one_a_program_here_takes():
     """A flag named on a page (README.md, EXPERIMENTS.md, tests/README.md, docs/) is one of train.py's (--help),
-    experiments.py's, plot.py's, or another script's here (sft.py, evaluation.py, bench/), or another program's named
+    experiments.py's, plot.py's, or another script's here (harness/sft.py, harness/evaluation.py, bench/), or another program's named
     in OTHER_TOOLS; a flag with underscores is
     the book's scripts' own spelling (--inner_epochs), and a name that ends in '-' stands for a family."""
     import argparse  # noqa: F401
-    import cli
+    from harness import cli
     import experiments
     import plot
     known = {flag for parser in (cli.get_parser(), experiments.get_parser(), plot.build_parser())
              for action in parser._actions for flag in action.option_strings}
-    scripts = ["sft.py", "evaluation.py", *(os.path.join("bench", f) for f in os.listdir(os.path.join(ROOT, "bench")))]
+    scripts = ["harness/sft.py", "harness/evaluation.py", *(os.path.join("bench", f) for f in os.listdir(os.path.join(ROOT, "bench")))]
     for script in (s for s in scripts if s.endswith(".py")):  # the other scripts' own flags
         known |= set(re.findall(r'add_argument\(\s*"(--[\w-]+)"', open(os.path.join(ROOT, script)).read()))
     pages = ["README.md", "EXPERIMENTS.md", os.path.join("tests", "README.md"),

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import stats
+from harness import stats
 
 MASK = torch.tensor([[0, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.bool)  # (2, 4): a prompt column; row 0 padded
 W = [[2.0, 0.5], [4.0, 1.0, 1.0]]  # w of each answer's tokens: log w sums to 2 ln 2, so k1 does not cancel

@@ -2,7 +2,7 @@
 
     python -m pytest -q tests/test_suite_decisions.py
 
-Each row builds one run folder by hand: its config.json (the resolved flags of the run it held, as cli.py resolves
+Each row builds one run folder by hand: its config.json (the resolved flags of the run it held, as harness/cli.py resolves
 them, some keys missing where the run is older than a flag), its metrics.jsonl (steps 0..N, maybe a last line cut
 by a kill) and its ckpt_latest.pt (the step it holds). Then experiments.state(run) must give the row's decision
 and detail, and run_suite must say the row's line: nothing trains (subprocess.Popen is a stub that has finished at
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import experiments
-import provenance
+from lab import provenance
 
 STEPS = 4  # every run of the table is asked for 4 steps
 DROP = object()  # a config.json key removed: the run predates that flag

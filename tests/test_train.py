@@ -11,13 +11,13 @@ import time
 import pytest
 import torch
 
-import evaluation
 import config
 import grpo
 import rewards
 import tasks
-import cli
 import train
+from harness import evaluation
+from harness import cli
 from model import CheckpointError, load_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -466,7 +466,7 @@ enc = build_tokenizer({"merges": []})
 model = GPT(GPTConfig(vocab_size=enc.n_vocab, max_seq_len=48, n_layer=1, n_head=2, d_model=32))
 stream = tasks.problems("easy", 0)
 cfg = config.GRPOConfig(group_size=2, max_new_tokens=3)
-from stats import logged_step
+from harness.stats import logged_step
 _, stats = logged_step(model, None, torch.optim.Adam(model.parameters()), enc, lambda: next(stream), 2, cfg,
                           torch.Generator().manual_seed(0))
 print("ok", stats["loss"])

@@ -1,5 +1,5 @@
 """The verdicts EXPERIMENTS.md prints: what the test over seeds decides (held, not held, no failure here, did not act,
-cannot detect, not judged), every lesson, fix and method of lessons.py on runs made by hand, the run_summary numbers
+cannot detect, not judged), every lesson, fix and method of lab/lessons.py on runs made by hand, the run_summary numbers
 they read, and each record against results.jsonl: its seeds, its p-value by a plain enumeration, its number.
 
     python -m pytest -q tests/test_verdicts.py
@@ -14,9 +14,9 @@ from fractions import Fraction
 
 import pytest
 
-import lessons
-import permutation
-import report
+from lab import lessons
+from lab import permutation
+from lab import report
 
 JUDGED = dict(lessons.judged())  # every lesson, fix (fix_<item>) and variant (field_<method>), by its name
 H, N = lessons.HELD, lessons.NOT_HELD
@@ -213,7 +213,7 @@ def test_every_record_names_its_claim_source_failure_mechanism_switches_rival_an
     assert judged.seeds in (5, 8, 10) and judged.number.worth > 0, name
 
 
-OUTCOMES = {  # record -> the number it is judged by: the outcome its source claims (lessons.py names each source)
+OUTCOMES = {  # record -> the number it is judged by: the outcome its source claims (lab/lessons.py names each source)
     "instability": "final", "instability_search": "final", "instability_ppo": "final", "naive_kl": "final",
     "runaway": "sampled_final",  # greedy decoding hides the runaway: the sampled answers show it
     "format_exploit": "reward_kept",  # the book's claim: a reward that no longer pays wrong answers
@@ -489,7 +489,8 @@ def test_a_run_that_lacks_a_number_is_named_with_it_not_counted_and_the_table_go
     fix = [line for line in text.splitlines() if line.startswith("| dynamic_sampling")]
     assert len(fix) == 1 and "| 1 of 2; seed 1 not read: g4 has no mean_signal_groups |" in fix[0]  # its mechanism
     assert "| not judged: 2 seeds of g4 (5 needed); 2 seeds of g4_dynamic (5 needed) |" in fix[0]
-    assert "**runaway** (" in text and "not judged: 1 seed of book_runaway (5 needed)" in text
+    assert "**runaway** (" in text and ("not judged: 0 seeds of book_runaway (5 needed); 1 seed of book_runaway_keepmask "
+                                        "(5 needed); seed 0 of book_runaway left out: its sampled_final is None") in text
     assert ("not judged: 0 seeds of book_kl (5 needed); 1 seed of book_kl_k3 (5 needed); seed 0 of book_kl left out: "
             "its final is None" in text)
     assert all(f"| {name} |" in text for name in ("g4", "book_runaway", "book_kl_k3"))  # the mean ± std rows

@@ -2,7 +2,7 @@
 
 checkpoints/warmstart.pt is tracked (docs/design.md says why); these tests check that it is
 the file its checksum names, that it loads as weights only and answers as docs/design.md
-says, and that `python sft.py` on this machine still builds one of the same quality
+says, and that `python harness/sft.py` on this machine still builds one of the same quality
 (in the background, which a session that ends first stops).
 """
 import hashlib
@@ -15,13 +15,13 @@ import pytest
 import torch
 
 import tasks
-import cli
-from evaluation import evaluate
+from harness import cli
+from harness.evaluation import evaluate
 from model import load_checkpoint
 from tokenizer import build_tokenizer, encode_completion
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHIPPED = os.path.join(ROOT, "checkpoints", "warmstart.pt")  # the tracked file, whatever sft.py's default says
+SHIPPED = os.path.join(ROOT, "checkpoints", "warmstart.pt")  # the tracked file, whatever harness/sft.py's default says
 
 
 def held_out_accuracy(path):
@@ -50,7 +50,7 @@ def test_train_starts_from_the_shipped_warm_start_as_the_readme_says():
 
 
 def test_a_fresh_build_reaches_the_shipped_quality(fresh_build):
-    """`python sft.py` from scratch, on this machine: a warm start of the README's quality
+    """`python harness/sft.py` from scratch, on this machine: a warm start of the README's quality
     (fresh builds on other CPUs measured 22.4% to 38.0% greedy), that never reasons greedily."""
     proc, folder = fresh_build
     assert proc.wait(timeout=1800) == 0, open(os.path.join(folder, "sft.log")).read()[-2000:]
@@ -72,7 +72,7 @@ def test_fails_before_the_fresh_build(request):
 
 def test_a_session_that_ends_first_stops_the_background_build(tmp_path):
     """`pytest -x` fails before the fresh build's test: the session's end kills the
-    background `python sft.py` (conftest.py) and removes its folder, instead of leaving it
+    background `python harness/sft.py` (conftest.py) and removes its folder, instead of leaving it
     running for minutes."""
     (tmp_path / "test_early.py").write_text(EARLY_FAILURE)
     record = tmp_path / "record"
@@ -124,7 +124,7 @@ def tail_and_entropy(path, n=100):
 
 
 def test_the_search_warm_start_keeps_a_tail_and_answers_as_the_docs_say():
-    """Its build (sft.py's docstring) and EXPERIMENTS.md: greedy 17.0% on medium's chains, a
+    """Its build (harness/sft.py's docstring) and EXPERIMENTS.md: greedy 17.0% on medium's chains, a
     T = 1 entropy of about 1.7 nats with about 18% of the mass on the ids the task never
     writes; the default warm start, trained without label smoothing, has neither."""
     model, ckpt = load_checkpoint(SEARCH_WARM)
@@ -138,7 +138,7 @@ def test_the_search_warm_start_keeps_a_tail_and_answers_as_the_docs_say():
 
 
 def test_sft_examples_cut_a_long_search_at_the_context_and_always_search(tmp_path):
-    import sft
+    from harness import sft
     enc = build_tokenizer(sft.build_tokenizer_spec(0))
     pairs = [(p, c) for (p, c, _), _ in zip(sft.sft_examples(enc, "mixed_search", 0, direct_frac=1.0, max_len=40),
                                              range(400))]
@@ -156,7 +156,7 @@ def test_think_opening_frac_teaches_the_reasoning_but_seldom_the_choice_to_start
     """--think-opening-frac F: of the reasoned examples about F have their opening <think> as a
     target; the others' loss mask starts one token later. Direct answers always teach their
     first token, and F = 1 is the default stream, example for example."""
-    import sft
+    from harness import sft
     enc = build_tokenizer(sft.build_tokenizer_spec(0))
     think_id = encode_completion(enc, "<think>")[0]
     rare = [e for e, _ in zip(sft.sft_examples(enc, "mixed", 0, 0.6, 64, opening_frac=0.1), range(2000))]
@@ -191,7 +191,7 @@ def test_the_many_answers_warm_start_answers_inequalities_with_different_right_d
     """checkpoints/warmstart_many.pt (EXPERIMENTS.md, the entropy bonus): greedy 68.6% on the 500 held-out
     inequalities (`many`), and at T 1 its 16 answers to a problem give most of its right digits (3.10 of
     3.3 a problem, 93%, on 200 problems measured; here the first 40): diversity for RL to keep or lose."""
-    import evaluation
+    from harness import evaluation
     model, ckpt = load_checkpoint(os.path.join(ROOT, "checkpoints", "warmstart_many.pt"))
     enc = build_tokenizer(ckpt["tokenizer"])
     assert ckpt["task"]["sft_level"] == "mixed_many" and ckpt["task"]["eval_level"] == "many"
@@ -204,7 +204,7 @@ def test_the_many_answers_warm_start_answers_inequalities_with_different_right_d
 def test_label_smoothing_leaves_mass_on_ids_the_data_never_shows(tmp_path):
     """Two tiny builds, with and without --label-smoothing 0.3: the smoothed one keeps a
     tail (mass on the ids its data never shows), the other trains it away."""
-    import sft
+    from harness import sft
     masses = []
     for eps in ("0", "0.3"):
         out = str(tmp_path / f"ls{eps}.pt")
@@ -218,20 +218,20 @@ def test_label_smoothing_leaves_mass_on_ids_the_data_never_shows(tmp_path):
 
 @pytest.mark.parametrize("eps", ["1", "-0.1", "1.5"])
 def test_label_smoothing_outside_0_1_is_refused_in_one_line(eps):
-    out = subprocess.run([sys.executable, "sft.py", "--label-smoothing", eps], cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "harness/sft.py", "--label-smoothing", eps], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 2 and "--label-smoothing must be in [0, 1)" in out.stderr and "Traceback" not in out.stderr
 
 
 @pytest.mark.parametrize("out", ["checkpoints/warmstart.pt", "checkpoints/warmstart_search.pt"])
 def test_a_build_over_a_shipped_warm_start_is_refused_without_force(out):
-    """The shipped files are what the recorded numbers ran from: sft.py writes under runs/ by default, and over one
+    """The shipped files are what the recorded numbers ran from: harness/sft.py writes under runs/ by default, and over one
     of them only when --out names it and --force is given."""
     before = open(os.path.join(ROOT, out), "rb").read()
-    res = subprocess.run([sys.executable, "sft.py", "--out", out, "--steps", "1"], cwd=ROOT, capture_output=True,
+    res = subprocess.run([sys.executable, "harness/sft.py", "--out", out, "--steps", "1"], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
-    assert f"sft.py: error: --out {out} is a shipped warm start" in res.stderr
+    assert f"harness/sft.py: error: --out {out} is a shipped warm start" in res.stderr
     assert open(os.path.join(ROOT, out), "rb").read() == before
-    import sft
+    from harness import sft
     assert sft.get_parser().parse_args([]).out == "runs/warmstart.pt"

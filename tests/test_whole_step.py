@@ -25,11 +25,11 @@ import torch
 
 import field_methods
 import grpo
-from stats import logged_step
 import rewards
 import rollouts
 import tasks
 from config import GRPOConfig
+from harness.stats import logged_step
 
 BASE = dict(group_size=4, max_new_tokens=12, mu=1, minibatches=1)  # mu explicit: its default may change
 TABLE = [1, 0, 0, 1, 0, 0, 0, 1, 1, 1, 0, 1, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0]  # 6 groups of 4, one constant
@@ -1050,7 +1050,7 @@ def test_max_grad_norm_caps_the_norm_of_the_update(warm_policy, table, max_norm)
 def test_lr_is_the_size_of_adams_first_step(tiny_warm, table, tmp_path):
     """cfg.lr reaches the optimizer train.py builds: Adam's first update moves each weight
     by lr * g / (|g| + 1e-8), so the largest move is lr (not Adam's default 1e-3, nor ours)."""
-    import cli
+    from harness import cli
     import train
     run_dir = train.main(cli.get_parser().parse_args([
         "--init", tiny_warm[0], "--runs-dir", str(tmp_path), "--run-name", "lr", "--level", "easy", "--steps", "1",

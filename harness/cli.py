@@ -26,17 +26,18 @@ from dataclasses import asdict, fields
 import torch
 
 import config
-import distributed
-import provenance
 import rewards
-import sft
 import tasks
+from book.hf_tokenizer import load_pretrained_tokenizer
+from book.qwen3 import load_pretrained
+from harness import distributed
+from harness import sft
+from lab import provenance
 from model import CheckpointError, load_checkpoint, set_dropout
-from qwen3 import load_pretrained
-from tokenizer import build_tokenizer, encode_completion, encode_prompt, load_pretrained_tokenizer
+from tokenizer import build_tokenizer, encode_completion, encode_prompt
 
 
-ROOT = os.path.dirname(os.path.abspath(__file__))  # the project: where a failed step's own code is
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project: where a failed step's code is
 
 
 # ---------------------------------------------------------------- flags
@@ -51,15 +52,23 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's, whose usage error is one line: the error and where the flags are listed, not the 60 lines of the
+    usage first."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (python {self.prog} --help lists every flag)\n")
+
+
 def get_parser():
-    ap = argparse.ArgumentParser(description="GRPO on synthetic arithmetic reasoning.", formatter_class=HelpFormatter)
+    ap = ArgumentParser(description="GRPO on synthetic arithmetic reasoning.", formatter_class=HelpFormatter)
     g = ap.add_argument_group("run")
     g.add_argument("--run-name", default=None, help="the run's folder, under --runs-dir (default: a timestamp)")
     g.add_argument("--runs-dir", default="runs", help="where run folders live")
     g.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue runs/<name> from its latest checkpoint, with its saved flags (only --steps, --threads, --device apply)")
     g.add_argument("--init", default=sft.DEFAULT_CKPT,
-                   help="warm-start checkpoint (built by sft.py if it is the default and missing); with --model, a "
+                   help="warm-start checkpoint (built by harness/sft.py if it is the default and missing); with --model, a "
                         "reasoning_from_scratch Qwen3 state_dict (.pth: the book's GRPO checkpoints) whose weights "
                         "replace the folder's")
     g.add_argument("--dropout", type=float, default=0.0, metavar="P",
@@ -472,12 +481,12 @@ def load_policy(args, device):
 
 
 def load_init(path, threads=1):
-    """(policy, tokenizer, checkpoint) of a warm start; built with sft.py defaults (on `threads`
+    """(policy, tokenizer, checkpoint) of a warm start; built with harness/sft.py defaults (on `threads`
     threads) if the default path is missing."""
     if not os.path.exists(path) and path == sft.DEFAULT_CKPT:
         if distributed.world() > 1:  # N ranks would each build it and write the same file
-            raise ValueError(f"no warm start at {path}: build it first with python sft.py")
-        print(f"no warm start at {path}: building it once (python sft.py), then GRPO")
+            raise ValueError(f"no warm start at {path}: build it first with python harness/sft.py")
+        print(f"no warm start at {path}: building it once (python harness/sft.py), then GRPO")
         sft.main(sft.get_parser().parse_args(["--out", path, "--threads", str(threads)]))
     else:
         check_sha256(path)
@@ -501,7 +510,7 @@ def check_sha256(path):
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
     if digest != expected:
-        build = sft.SHIPPED.get(os.path.relpath(path), f"python sft.py ... --out {path}")
+        build = sft.SHIPPED.get(os.path.relpath(path), f"python harness/sft.py ... --out {path}")
         raise CheckpointError(f"{path} does not match its checksum {path}.sha256: restore it (git checkout {path}), "
                               f"or rebuild it with `{build}` and write its new sha256 beside it")
 
@@ -572,7 +581,7 @@ def start_run(args):
 
 def run_config(args, cfg, device, policy, run_dir):
     """What config.json holds: every resolved flag, the GRPOConfig, versions, device, the code's commit, each
-    source file's hash and which differ from the commit, the machine and its rounding (provenance.py)."""
+    source file's hash and which differ from the commit, the machine and its rounding (lab/provenance.py)."""
     return {**vars(args), "grpo": asdict(cfg), "device": device,
             "dtype": "bfloat16 autocast" if device == "cuda" else "float32", "versions": versions(),
             "weights_dtype": str(next(policy.parameters()).dtype).removeprefix("torch."),

@@ -5,7 +5,7 @@ results that EXPERIMENTS.md, README.md and docs/metrics.md are written from.
     python experiments.py table --write     # record those runs in results.jsonl, re-write the pages' tables
     python experiments.py check             # the runs in runs/exp against results.jsonl, number by number
 
-What is judged, and by which check, is lessons.py's: a lesson is a pair of experiments, a broken run
+What is judged, and by which check, is lab/lessons.py's: a lesson is a pair of experiments, a broken run
 and its fix, and a check of one seed's two summaries (lessons.LESSONS); a fix of the chapter's
 closing list is judged by the number it was made to move, by a margin of at least twice that
 number's spread over seeds without it (lessons.FIXES); a variant of the field past the chapter,
@@ -21,12 +21,12 @@ import os
 import re
 from typing import NamedTuple
 
-import lessons
-import permutation
-import provenance
-import run_folders
+from lab import lessons
+from lab import permutation
+from lab import provenance
+from lab import run_folders
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project's folder
 RESULTS = os.path.join(ROOT, "results.jsonl")
 PAGES = ["README.md", "EXPERIMENTS.md", "docs/metrics.md"]  # the pages with generated parts
 
@@ -571,7 +571,7 @@ def short_table(collection, summaries, first):
 
 
 def claims_table():
-    """Every judged method, its source's claim and where it says it (lessons.py; no runs needed)."""
+    """Every judged method, its source's claim and where it says it (lab/lessons.py; no runs needed)."""
     out = ["| method | its source's claim | source |", "|---|---|---|"]
     for name, judged in lessons.judged():
         out.append(f"| {name} | {judged.record.claim} | {judged.record.source} |")
@@ -1019,7 +1019,7 @@ def rules_part(records, args, _):
 
 
 def claims_part(records, args, _):
-    """`claims`: every judged method's source and its claim, as lessons.py states them (no runs needed)."""
+    """`claims`: every judged method's source and its claim, as lab/lessons.py states them (no runs needed)."""
     return claims_table() + "\n"
 
 
@@ -1130,15 +1130,15 @@ def default_run_part(records, args, _):
 
 
 def lesson_of(name):
-    """lessons.LESSONS[name]; a name lessons.py does not have (a page's part written for an older lessons.py) is a
+    """lessons.LESSONS[name]; a name lab/lessons.py does not have (a page's part written for an older lab/lessons.py) is a
     ResultsError that says so."""
     if name not in lessons.LESSONS:
-        raise ResultsError(f"names {name!r}, which lessons.py does not have: remove the part, or name one that it has")
+        raise ResultsError(f"names {name!r}, which lab/lessons.py does not have: remove the part, or name one that it has")
     return lessons.LESSONS[name]
 
 
 def rule_part(records, args, _):
-    """`rule LESSON`: the failure that makes a seed count and the check a lesson holds by in it, as lessons.py runs
+    """`rule LESSON`: the failure that makes a seed count and the check a lesson holds by in it, as lab/lessons.py runs
     them (no runs needed)."""
     judged = lesson_of(args[0])
     without, with_ = (lessons.LABELS.get(n, n) for n in judged.experiments)

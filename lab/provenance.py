@@ -1,6 +1,6 @@
 """Which code and which machine a run's numbers came from: what config.json records beside its flags.
 
-    python provenance.py                 # the source files a run imports, and which differ from the commit
+    python lab/provenance.py                 # the source files a run imports, and which differ from the commit
 
 Three things besides the flags change a run's numbers, and each is recorded so that a run is never
 taken for another:
@@ -22,8 +22,13 @@ import platform
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project's folder
 ENTRY = "train.py"  # what a run executes; everything it imports follows from it
+FOLDERS = ("kernels", "lab", "book", "harness")  # the folders of the project's code, beside the top-level files
+# the files that moved into folders, where they were: a run that recorded these ran the code from before the move
+MOVED = {f"{name}.py": f"{folder}/{name}.py" for folder, names in (
+    ("lab", ("lessons", "report", "provenance", "run_folders")), ("book", ("qwen3", "math_grader", "reference")),
+    ("harness", ("cli", "stats", "evaluation", "sft", "distributed"))) for name in names}
 
 
 # ---------------------------------------------------------------- the code
@@ -123,10 +128,15 @@ def code_changes(config, root=ROOT):
 
 
 def changes_text(changed):
-    """code_changes' list in words: 'grpo.py changed since it ran', or, for a run that recorded only its
-    commit, 'it ran commit X, whose files were not recorded'."""
+    """code_changes' list in words: 'grpo.py changed since it ran'; for a run that recorded only its commit, 'it ran
+    commit X, whose files were not recorded'; for a run of the code before its files moved into folders, that (its
+    log-probs on a CPU were then the fused kernels', whose numbers differ from today's textbook path in the last
+    bits: another code's)."""
     if len(changed) == 1 and changed[0].startswith("commit "):
         return f"it ran {changed[0]}, whose files were not recorded"
+    if set(changed) & set(MOVED):
+        return ("it ran the code from before its files moved into lab/, book/ and harness/, whose log-probs on a CPU "
+                "came from the fused kernels (today: log_softmax and gather, other roundings)")
     return f"{', '.join(changed)} changed since it ran"
 
 
@@ -147,13 +157,13 @@ def edit_fingerprint(code):
 
 
 def code_commit(root=ROOT):
-    """The git commit of the code a run ran, '+changes' after it if a top-level .py file, kernels/ or a
-    shipped checkpoint differs from it; None outside a git checkout."""
+    """The git commit of the code a run ran, '+changes' after it if a top-level .py file, a file of the code's folders
+    (FOLDERS) or a shipped checkpoint differs from it; None outside a git checkout."""
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
                              timeout=10)
         changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(glob)*.py",
-                                  "kernels", "checkpoints"], cwd=root, capture_output=True, text=True, timeout=10)
+                                  *FOLDERS, "checkpoints"], cwd=root, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     if sha.returncode != 0:

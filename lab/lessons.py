@@ -3,7 +3,7 @@ and the check that judges them, in one place.
 
     python experiments.py --list               # each experiment and its exact train.py flags
     python experiments.py instability          # a lesson's experiments (fix_tis: a fix's, field_sapo: a variant's)
-    python experiments.py table                # each judged, seed by seed, on the runs in runs/exp (report.py)
+    python experiments.py table                # each judged, seed by seed, on the runs in runs/exp (lab/report.py)
 
 In reading order: the experiments (EXPERIMENTS, each a list of train.py flags on top of COMMON); the checks a
 lesson uses; then the three collections that read them, each a dict of named records. LESSONS: a broken run
@@ -12,13 +12,13 @@ list, judged by the number it was made to move, by a margin of twice that number
 and the gates that show its mechanism at work in the run without it (Fix). FIELD: a variant of the field past
 the chapter, judged as the lesson or fix it stands beside is (Variant). A lesson, a fix and a variant answer the
 same three questions (its experiments, its check, its claim); `judged()` lists them all under the names the
-command line gives them. The checks read run_summary's numbers (report.py); this file imports nothing of the
+command line gives them. The checks read run_summary's numbers (lab/report.py); this file imports nothing of the
 project.
 """
 import math
 from typing import Callable, NamedTuple
 
-import permutation
+from lab import permutation
 
 # ---------------------------------------------------------------- 1. the experiments: train.py flags
 
@@ -26,7 +26,7 @@ COMMON = ["--steps", "100", "--eval-every", "10"]
 BOOK_LENGTH = ["--steps", "500", "--eval-every", "50"]  # as long as the book's runs
 BOOK = ["--recipe", "book", *BOOK_LENGTH]  # the book's regime
 # the runaway's task: three searches in four, whose failures run long, from a warm start that keeps a
-# base model's tail (sft.py --label-smoothing 0.2); evaluated on the chains of medium, as everything else here
+# base model's tail (harness/sft.py --label-smoothing 0.2); evaluated on the chains of medium, as everything else here
 SEARCH = ["--level", "medium_search", "--eval-level", "medium", "--init", "checkpoints/warmstart_search.pt"]
 RUNAWAY = [*BOOK, *SEARCH, "--eval-sampled"]  # the book's regime on it, sampled held-out answers scored too
 # reasoning that pays but is rare: 0.7% of the warm start's sampled answers open <think> (its reasoned answers are
@@ -345,7 +345,7 @@ def size_text(key, size):
 
 class Mechanism(NamedTuple):
     """What a method does by construction, as a number of its own run: it acts in every seed, or the wiring is
-    wrong, or the regime gives the method nothing to act on (the run without it shows which: report.py prints both)."""
+    wrong, or the regime gives the method nothing to act on (the run without it shows which: lab/report.py prints both)."""
     key: str        # a run_summary key, named in METRICS
     rule: str       # the rule in words
     test: Callable  # test(the run without's value or None, the method's run's value) -> bool

@@ -1,6 +1,6 @@
 r"""Is a MATH answer right? `math_answer_equal(prediction, answer)`, a pure normaliser.
 
-    python math_grader.py "\dfrac{1}{2}" "0.5"      # True: try a pair
+    python book/math_grader.py "\dfrac{1}{2}" "0.5"      # True: try a pair
 
 MATH's reference answers are LaTeX written by people: `\frac{14}{3}`, `3\sqrt{13}`,
 `\left( 3, \frac{\pi}{2} \right)`, `[2,5)`, `90^\circ`, `\text{Evelyn}`, `6 - 5i`. A
@@ -305,5 +305,5 @@ class Parser:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        raise SystemExit("usage: python math_grader.py PREDICTION ANSWER")
+        raise SystemExit("usage: python book/math_grader.py PREDICTION ANSWER")
     print(math_answer_equal(sys.argv[1], sys.argv[2]))

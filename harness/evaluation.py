@@ -1,12 +1,12 @@
 """Greedy accuracy and pass@k of a policy on a list of problems.
 
-    python evaluation.py      # the shipped warm start: greedy accuracy on the 500 held-out problems,
+    python harness/evaluation.py      # the shipped warm start: greedy accuracy on the 500 held-out problems,
                               # and at T 1 on the first 200 of them pass@8 and the share of answers that reason
-    python evaluation.py runs/mine/ckpt_step100.pt --level medium
-    python evaluation.py checkpoints/warmstart_many.pt --level many --pass-n 16   # several right answers: how
+    python harness/evaluation.py runs/mine/ckpt_step100.pt --level medium
+    python harness/evaluation.py checkpoints/warmstart_many.pt --level many --pass-n 16   # several right answers: how
                               # many different ones 16 samples give
 
-Used by the warm start (sft.py) and by GRPO training (train.py) alike, so it sits beside
+Used by the warm start (harness/sft.py) and by GRPO training (train.py) alike, so it sits beside
 the task and depends only on the model, the tokenizer and the rewards:
 
     tasks / tokenizer / model / rewards  <-  evaluation  <-  sft, train
@@ -17,13 +17,18 @@ rank answers every N-th problem and the counts are summed over the ranks.
 """
 import argparse
 import math
+import os
+import sys
+
+if __package__ in (None, ""):  # run as a script (python harness/evaluation.py): the project's folder on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 
-import distributed
 import rewards
 import tasks
 from decoding import generate
+from harness import distributed
 from model import CheckpointError, load_checkpoint
 from tokenizer import build_tokenizer, decode_completions, encode_prompt, stop_tokens
 
@@ -147,4 +152,4 @@ if __name__ == "__main__":
             raise ValueError(f"--pass-n {cli.pass_n} needs --pass-k K with 0 < K <= N, got {cli.pass_k}")
         main(cli)
     except (ValueError, CheckpointError) as e:
-        ap.exit(2, f"evaluation.py: error: {e}\n")
+        ap.exit(2, f"harness/evaluation.py: error: {e}\n")

@@ -1,4 +1,4 @@
-"""Many processes: the few lines of torch.distributed that grpo.py, train.py and sft.py use.
+"""Many processes: the few lines of torch.distributed that grpo.py, train.py and harness/sft.py use.
 
     python train.py ...                              # one process: no process group, every helper is identity
     torchrun --nproc-per-node 2 train.py ...         # 2 ranks: gloo on CPU, NCCL on CUDA (one GPU per rank)
@@ -14,7 +14,7 @@ objective is the one-process objective on the union of the ranks' batches:
   `global_mean` (the loss's denominators), `global_std` (the batch std of the rewards);
 - every rank runs the same number of updates (`same_count`) and takes the same decision
   on a non-finite loss (`everywhere_finite`), so that all join every collective;
-- `all_sum` / `all_max` reduce plain numbers, as stats.py does for a step's statistics.
+- `all_sum` / `all_max` reduce plain numbers, as harness/stats.py does for a step's statistics.
 Without a process group every helper is the one-process formula (a sum over one rank
 is that rank's sum), so one process computes exactly what it would without this file.
 """

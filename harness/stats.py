@@ -12,7 +12,7 @@
 
 docs/metrics.md says what each logged number means, what it looks like in the default run,
 and which lesson shows it going wrong. How each statistic is kept and merged over updates
-is decided here; the all-reduces are distributed.py's `all_sum` and `all_max`. In one
+is decided here; the all-reduces are harness/distributed.py's `all_sum` and `all_max`. In one
 process every number is the plain torch formula
 (tests/test_grpo_step.py::test_step_stats_match_the_direct_formulas).
 """
@@ -23,7 +23,7 @@ import torch
 import field_methods
 import grpo
 import rewards
-from distributed import all_max, all_sum
+from harness.distributed import all_max, all_sum
 from tasks import THINK_OPEN
 from tokenizer import encode_completion
 
@@ -39,7 +39,10 @@ def logged_step(policy, ref_policy, opt, enc, next_problems, n_prompts, cfg, gen
 
 
 def think_token(enc):
-    """The id of <think>, the token that opens a reasoned answer, or None where the tokenizer spells it in pieces."""
+    """The id of <think>, the token that opens a reasoned answer, or None where the tokenizer spells it in pieces
+    (or there is none: a step handed its batches ready-made)."""
+    if enc is None:
+        return None
     ids = encode_completion(enc, THINK_OPEN)
     return ids[0] if len(ids) == 1 else None
 

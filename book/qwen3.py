@@ -1,6 +1,6 @@
 """Qwen3, handwritten: the book's model (Qwen3-0.6B) beside the small GPT of model.py.
 
-    from qwen3 import load_pretrained
+    from book.qwen3 import load_pretrained
     model = load_pretrained("qwen3-0.6b-base")    # a Hugging Face folder (docs/book_model.md)
     model = load_pretrained("qwen3-0.6b-base", weights="qwen3-0.6B-rlvr-grpo-step00050.pth")  # a book checkpoint
     logits = model(idx)                            # (B, T, 151936)
@@ -86,7 +86,7 @@ class Qwen3Config:
     tie_word_embeddings: bool = True
     max_position_embeddings: int = 32_768
     # not part of the architecture: read from config.json when there, and written back by
-    # save_pretrained (tokenizer.read_stop_tokens reads eos_token_id; None: not given)
+    # save_pretrained (hf_tokenizer.read_stop_tokens reads eos_token_id; None: not given)
     bos_token_id: int = None
     eos_token_id: int | list = None
 

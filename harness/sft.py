@@ -14,16 +14,16 @@ by imitation, deliberately leaving room for RL:
 - the warm-start chains are mostly short (`--level mixed`: 1-4 operations, 70% of them
   1-2) while RL trains and evaluates on longer ones (`medium`: 2-3 operations).
 
-    python sft.py                      # about 3 minutes on one CPU thread -> runs/warmstart.pt
+    python harness/sft.py                      # about 3 minutes on one CPU thread -> runs/warmstart.pt
     python train.py --init runs/warmstart.pt     # GRPO from it
-    python sft.py --level mixed_search --label-smoothing 0.2 --out runs/warmstart_search.pt   # 6 min
-    python sft.py --steps 50 --out /tmp/tiny.pt
+    python harness/sft.py --level mixed_search --label-smoothing 0.2 --out runs/warmstart_search.pt   # 6 min
+    python harness/sft.py --steps 50 --out /tmp/tiny.pt
 
 A build writes under runs/ unless --out says otherwise, never over a shipped warm start
 (checkpoints/, each with its sha256 and its command in SHIPPED) unless --out names it and
 --force is given: the shipped files are what every recorded number ran from, and a build
 on another machine rounds to other bytes, which train.py then refuses.
-    torchrun --nproc-per-node 2 sft.py           # 2 processes (gloo, CPU), batch split over them
+    torchrun --nproc-per-node 2 harness/sft.py           # 2 processes (gloo, CPU), batch split over them
 
 The runaway's warm start (EXPERIMENTS.md, lesson 3) imitates chains and, half the
 time, searches (tasks.SearchProblem: try digits until one fits), whose long tries are cut
@@ -47,7 +47,7 @@ Prints a progress line (step, loss, tokens/s, ETA) and, at the end, greedy accur
 pass@8 on the RL eval set. Departure from the book: the chapter starts from a pretrained
 Qwen3-0.6B; we build our own starting point in a few minutes.
 
-Under torchrun (distributed.py) each of N ranks draws batch_size / N examples from its
+Under torchrun (harness/distributed.py) each of N ranks draws batch_size / N examples from its
 own stream (rank 0's is the one-process stream), the loss is the token mean over the
 whole batch, DDP averages the gradients, and rank 0 alone writes the checkpoint.
 """
@@ -55,26 +55,30 @@ import argparse
 import math
 import os
 import random
+import sys
 import time
+
+if __package__ in (None, ""):  # run as a script (python harness/sft.py): the project's folder on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 import torch.nn.functional as F
 
-import distributed
 import tasks
-from evaluation import evaluate, pass_at_k
+from harness import distributed
+from harness.evaluation import evaluate, pass_at_k
 from model import GPT, GPTConfig, count_params, save_checkpoint
 from tokenizer import build_tokenizer, encode_completion, encode_text, make_spec
 
 DEFAULT_CKPT = "checkpoints/warmstart.pt"  # train.py's default --init
 DEFAULT_OUT = "runs/warmstart.pt"  # where a build goes unless --out says otherwise
 SHIPPED = {  # the warm starts that come with the code (each with its sha256 beside it) -> the command that built it
-    DEFAULT_CKPT: "python sft.py --out checkpoints/warmstart.pt --force",
-    "checkpoints/warmstart_search.pt": "python sft.py --level mixed_search --label-smoothing 0.2 "
+    DEFAULT_CKPT: "python harness/sft.py --out checkpoints/warmstart.pt --force",
+    "checkpoints/warmstart_search.pt": "python harness/sft.py --level mixed_search --label-smoothing 0.2 "
                                        "--out checkpoints/warmstart_search.pt --force",
-    "checkpoints/warmstart_rare.pt": "python sft.py --think-opening-frac 0.01 --out checkpoints/warmstart_rare.pt "
+    "checkpoints/warmstart_rare.pt": "python harness/sft.py --think-opening-frac 0.01 --out checkpoints/warmstart_rare.pt "
                                      "--force",
-    "checkpoints/warmstart_many.pt": "python sft.py --level mixed_many --eval-level many "
+    "checkpoints/warmstart_many.pt": "python harness/sft.py --level mixed_many --eval-level many "
                                      "--out checkpoints/warmstart_many.pt --force",
 }
 
@@ -199,7 +203,7 @@ def main(args):
 
 def shipped_over(path):
     """True where path names a shipped warm start that is there (checkpoints/, SHIPPED)."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project's folder
     return os.path.relpath(os.path.abspath(path), here) in SHIPPED and os.path.exists(path)
 
 
@@ -252,7 +256,7 @@ if __name__ == "__main__":
         get_parser().error(f"--think-opening-frac must be in (0, 1], got {args.think_opening_frac}: it is the share "
                            "of reasoned examples that teach the choice to open <think> (0 would never teach it)")
     if shipped_over(args.out) and not args.force:
-        get_parser().exit(2, f"sft.py: error: --out {args.out} is a shipped warm start (its sha256 beside it): a build "
+        get_parser().exit(2, f"harness/sft.py: error: --out {args.out} is a shipped warm start (its sha256 beside it): a build "
                              f"writes elsewhere (--out runs/NAME.pt, then train.py --init runs/NAME.pt), or over it "
                              f"with --force\n")
     if not 0 <= args.direct_frac <= 1:
@@ -263,4 +267,4 @@ if __name__ == "__main__":
         main(args)
     except ValueError as e:
         where = f" (rank {distributed.rank()} of {distributed.world()})" if distributed.world() > 1 else ""
-        raise SystemExit(f"sft.py{where}: error: {e}")
+        raise SystemExit(f"harness/sft.py{where}: error: {e}")

@@ -1,6 +1,6 @@
 """Run folders, written and read: the lines train.py appends to a run's files (one flushed JSON line each), and a
 run's metrics.jsonl, an experiment's seed folders, one metric's series and its trailing means. plot.py draws runs
-through these, report.py summarises them through these, so both read a run by the same rules; this file imports
+through these, lab/report.py summarises them through these, so both read a run by the same rules; this file imports
 neither matplotlib nor anything of training.
 
     python -c "import run_folders; print(run_folders.seed_folders('runs/exp/default'))"   # an experiment's seeds
@@ -81,7 +81,7 @@ def read_metrics(path):
 
 def seed_folders(folder):
     """The seed<k>/ subfolders of an experiment folder that hold metrics, in seed order
-    (none if there is no such folder): the one rule, which plot.py, report.py and experiments.py use."""
+    (none if there is no such folder): the one rule, which plot.py, lab/report.py and experiments.py use."""
     if not os.path.isdir(folder):
         return []
     subs = [d for d in os.listdir(folder) if re.fullmatch(r"seed\d+", d)
@@ -98,7 +98,7 @@ def series(records, key):
 
 
 # ----------------------------------------------------------------------------------
-# trailing means: plot.py's smoothing (--smooth), report.py's 20- and 50-step means
+# trailing means: plot.py's smoothing (--smooth), lab/report.py's 20- and 50-step means
 
 
 def trailing_window(n, frac):
@@ -110,7 +110,7 @@ def trailing_window(n, frac):
 
 def moving_average(values, frac=0.25, window=None):
     """Trailing mean of the last w_i values at each point i: w_i from trailing_window, or
-    with a fixed window, min(window, i + 1) (report.py's 20-step means)."""
+    with a fixed window, min(window, i + 1) (lab/report.py's 20-step means)."""
     x = np.asarray(values, dtype=float)  # (n,)
     w = trailing_window(len(x), frac) if window is None else np.minimum(window, np.arange(1, len(x) + 1))  # (n,)
     c = np.concatenate([[0.0], np.cumsum(x)])  # (n+1,) c[k] = sum of x[:k]
