@@ -585,9 +585,10 @@ def figures(runs_dir, out_dir, names, tag=""):
     for png, (members, metrics) in todo.items():
         os.makedirs(out_dir, exist_ok=True)
         drawn.append(os.path.join(out_dir, png))
+        title = f"{png[4:-4].replace('_', ' ')}: each run the mean over its seeds, in a band from the lowest to the highest"
         subprocess.run([sys.executable, "plot.py", *(os.path.join(runs_dir, n + tag) for n in members), "--metrics",
-                        metrics, "--out", drawn[-1], *(a for n in members for a in ("--label", n))], check=True,
-                       stdout=subprocess.DEVNULL)
+                        metrics, "--out", drawn[-1], "--title", title, *(a for n in members for a in ("--label", n))],
+                       check=True, stdout=subprocess.DEVNULL)
     return drawn
 
 

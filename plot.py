@@ -71,6 +71,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
+from lab import metrics  # noqa: E402
 from lab.run_folders import is_number, moving_average, read_metrics, seed_folders, series  # noqa: E402
 
 DPI = 100
@@ -118,37 +119,7 @@ PANELS = {
     ],
 }
 # --metrics: each panel titled in words (a key without a title here keeps its own name)
-TITLES = {
-    "eval_acc": "held-out accuracy, greedy", "eval_sampled_acc": "held-out accuracy, sampled as the rollouts are",
-    "eval_pass_at_k": "held-out pass@k", "eval_distinct": "different right answers a problem",
-    "reward": "reward", "reward_correct": "right answers' share", "reward_format": "answers in think format",
-    "resp_len": "answer length (tokens)", "resp_len_wrong": "wrong answers' length (tokens)",
-    "resp_len_correct": "right answers' length (tokens)", "reward_collapse_frac": "groups where differing answers tie",
-    "tied_adv_gap": "|A_i - A_j| of tied answers",
-    "truncated_frac": "answers cut at the token cap", "entropy": "learner's entropy a token (nats)",
-    "sampler_entropy": "sampler's entropy a token (nats)", "clip_frac": "tokens where PPO's clip binds",
-    "clip_frac_high": "tokens where the high clip binds", "ratio_max": "largest ratio pi / pi_old",
-    "clip_high_lowp_frac": "of the high-clipped tokens, those below p 0.2", "ppo_kl": "KL(pi_old || pi), approx.",
-    "kl": "KL to the reference, as estimated", "kl_exact": "KL to the reference, exact",
-    "kl_rel_gap": "the KL estimate's relative error", "zero_std_frac": "groups with no reward variance",
-    "signal_groups": "groups with signal a step", "adv_mean": "advantage mean", "adv_std": "advantage std",
-    "adv_correct_corr": "advantage's correlation with correctness", "sampler_gap": "|log pi_old - log pi_sampler|",
-    "sampler_kl_k3": "KL(sampler || pi_old) a token, k3", "tis_weight_max": "largest weight pi_old / pi_sampler",
-    "tis_weight_mean": "mean weight pi_old / pi_sampler", "tis_weight_above_2": "tokens whose weight passes 2",
-    "grad_norm_max": "largest gradient norm, before its limit", "neg_ratio_above_3": "wrong answers' tokens, ratio > 3",
-    "neg_sampler_kl": "wrong answers' distance from the sampler", "neg_far_frac": "answers a mask at 0.1 would drop",
-    "pg_k1": "the policy gradient as a naive KL's beta", "logratio_std_token": "spread of log pi / pi_old, tokens",
-    "logratio_std_seq": "spread of log pi / pi_old, answers", "loss": "loss",
-    "entropy_coef": "the entropy bonus's coefficient", "is_masked_frac": "tokens whose IS weight was set to 0",
-    "rejected_frac": "tokens rejected as too far from the sampler",
-    # what each method does (lessons.Record's mechanisms and costs)
-    "adv_to_centred": "|A| over |r - its group's mean|", "equal_groups_adv": "|A| in groups of equal rewards",
-    "token_weight_spread": "a token's largest weight in the mean over its smallest",
-    "is_weight_mean": "the importance weight applied, mean", "kl_grad_bias": "the KL gradient's bias (--exact-kl)",
-    "low_entropy_frac": "tokens the 80/20 rule leaves without a gradient",
-    "format_paid_wrong": "format bonus paid to a wrong answer", "off_policy_masked_frac": "answers the mask drops",
-    "reward_overlong": "overlong penalty an answer",
-}
+TITLES = metrics.LOGGED  # each metric's words, as a panel's title: lab/metrics.py holds them, for every page
 # A metric whose every value lies within a float rounding of where it sits when the sampler is the learner shows no
 # signal: its panel says so in words instead of drawing the rounding on a 1e-12 axis (sampler_gap: the KV-cache
 # sampler and the learner's forward are the same policy computed twice, ~1e-7 nats apart, when nothing else
@@ -331,9 +302,18 @@ def draw_bars(ax, runs, key):
         for j, (i, name, steps, values) in enumerate(found):
             offset = (j - (len(found) - 1) / 2) * width
             ax.bar(steps + offset, values, width=width, color=color(i), alpha=0.85, label=name)
-    if key.startswith("eval_") and all(0 <= v <= 1 for f in found for v in f[3]):
-        ax.set_ylim(0, 1.05)  # fractions: keep the scale fixed so runs compare by eye
+    values = [v for f in found for v in f[3]]
+    if key.startswith("eval_") and all(0 <= v <= 1 for v in values):
+        ax.set_ylim(share_floor(values), 1.05)  # fractions: a fixed top, so runs compare by eye
     return True
+
+
+def share_floor(values):
+    """Where a panel of shares starts: at 0, unless every value is past one half (pass@8 at 92-97%), then at the
+    last tenth below the lowest (0.9 for 0.92, 0.8 for 0.9), so that their differences are not flattened into one
+    line at the top."""
+    low = min(values, default=0.0)
+    return 0.0 if low < 0.5 else math.floor(10 * low - 1e-9) / 10
 
 
 def draw_subplot(ax, runs, title, kind, keys, frac):
@@ -514,7 +494,8 @@ def main(args):
             print(f"plot.py: error: {len(args.label)} --label for {len(runs)} runs", file=sys.stderr)
             sys.exit(2)
         runs = [(label, recs) for label, (_, recs) in zip(args.label, runs)]
-    title = "; ".join(name for name, _ in runs) + (f"\n{args.note}" if args.note else "")
+    title = args.title or "; ".join(name for name, _ in runs)  # the legend names the runs: --title need not
+    title += f"\n{args.note}" if args.note else ""
     if args.metrics:
         names = split_list(args.metrics)
         groups = {"metrics": metric_subplots(names)}
@@ -531,7 +512,7 @@ def main(args):
     paths = output_paths(list(groups), args.out, args.runs)
     written = []
     for g, subplots in groups.items():
-        written.append(make_figure(runs, subplots, args.smooth, f"{g}: {title}", paths[g]))
+        written.append(make_figure(runs, subplots, args.smooth, title if args.metrics else f"{g}: {title}", paths[g]))
         print(paths[g])
     return written
 
@@ -576,6 +557,8 @@ def build_parser():
                         "(answers.jsonl), instead of drawing")
     p.add_argument("--label", action="append", default=None, metavar="NAME",
                    help="the name of a run in the legend, once per RUN in their order (default: each folder's name)")
+    p.add_argument("--title", default=None, help="the figure's title (default: the runs' names; with --label the "
+                                                 "legend names them already)")
     p.add_argument("--note", default=None, help="a line under the figure's title: where its runs came from")
     p.add_argument("--smooth", type=parse_smooth, default=0.25,
                    help="moving-average window as a fraction of the points so far "

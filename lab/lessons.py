@@ -18,7 +18,7 @@ project.
 import math
 from typing import Callable, NamedTuple
 
-from lab import permutation
+from lab import metrics, permutation
 
 # ---------------------------------------------------------------- 1. the experiments: train.py flags
 
@@ -309,7 +309,7 @@ def at_most_failure(key, bound, rule):
 class Number(NamedTuple):
     """The number a method claims to move, its way, and the smallest move of it worth detecting. A verdict is the exact
     one-sided permutation test of the two runs' means on it over all their seeds (`verdict`)."""
-    key: str       # a run_summary key, named in METRICS
+    key: str       # a run_summary key, named in lab/metrics.py
     side: str      # "higher" or "lower": the way the method claims to move it
     worth: float   # the smallest effect worth detecting, in the number's own unit (a share as a fraction: 0.1 is 10
     #                points): a tenth of the range the number can take (`RANGES`), where its source reports none at
@@ -329,24 +329,13 @@ class Number(NamedTuple):
 
     @property
     def text(self):
-        return f"{METRICS[self.key]}, {self.side}"
-
-
-PERCENT = {"final", "sampled_final", "eval_mean", "drop", "sampled_drop", "kl_bias", "grad_limited_steps", "low_after_peak",
-           "entropy_peak_share", "mean_truncated_frac", "reward_kept"}  # shares: their margins are in points
-
-
-def size_text(key, size):
-    """An effect's size as the pages print it: '4.9 points' for a share, else in the number's own unit."""
-    if key in PERCENT:
-        return f"{size * 100:.2g} points"
-    return f"{size:.2g}" + {"entropy": " nats", "think_half_step": " steps", "distinct_final": " answers"}.get(key, "")
+        return f"{metrics.words(self.key)}, {self.side}"
 
 
 class Mechanism(NamedTuple):
     """What a method does by construction, as a number of its own run: it acts in every seed, or the wiring is
     wrong, or the regime gives the method nothing to act on (the run without it shows which: lab/report.py prints both)."""
-    key: str        # a run_summary key, named in METRICS
+    key: str        # a run_summary key, named in lab/metrics.py
     rule: str       # the rule in words
     test: Callable  # test(the run without's value or None, the method's run's value) -> bool
     without_key: str = None  # the key the rule reads from the run without, if it reads one (GSPO's: the token ratio's)
@@ -376,48 +365,6 @@ def below_without(key, factor):
 def above_without(key, factor):
     return Mechanism(key, f"above {factor:g} times the run without's", lambda without, with_: with_ > factor * without,
                      key)
-
-
-METRICS = {  # run_summary's keys, as the tables and the records name them
-    # outcomes: what a learner cares about
-    "mean_signal_groups": "groups with signal a step", "late_resp_len_wrong": "wrong answers' length, 2nd half",
-    "late_resp_len": "answers' length, 2nd half", "mean_truncated_frac": "cut share, mean of the run",
-    "sampled_final": "sampled held-out accuracy, end", "final": "greedy held-out accuracy, end",
-    "eval_mean": "greedy held-out accuracy, mean of the evaluations", "drop": "greedy accuracy's fall from its peak",
-    "sampled_drop": "sampled accuracy's fall from its peak", "reward_kept": "the reward's lowest after its peak, of it",
-    "kl_bias": "KL estimate's bias, \\|sum (estimate - exact)\\| / sum exact over the run",
-    "distinct_final": "different right answers a held-out problem in 16 samples, end",
-    "distinct_fall": "different right answers a problem: their fall from step 0",
-    "sampler_entropy": "the sampled policy's entropy, last 10 steps", "entropy": "the learner's entropy, last 10 steps",
-    "entropy_peak_share": "the learner's highest 20-step entropy, of ln V",
-    "think_half_step": "steps until half the sampled answers reason", "reward": "training reward, last 10 steps",
-    "grad_limited_steps": "steps whose largest gradient norm passed its limit, 1 (--max-grad-norm)",
-    "mean_kl_exact": "exact KL(pi \\|\\| pi_ref), mean of the run",
-    # failures, mechanisms and costs: what a method is for and what it does, means of the run unless named
-    "grad_norm_peak": "the run's largest gradient norm", "kl_low": "the KL term's lowest step",
-    "mean_sampler_gap": "\\|log pi_old - log pi_sampler\\| a token",
-    "mean_format_paid_wrong": "format bonus paid to a wrong answer",
-    "mean_token_weight_spread": "a token's largest weight in the mean over its smallest",
-    "mean_reward_overlong": "overlong penalty an answer", "mean_tis_weight_above_2": "tokens whose TIS weight passes 2",
-    "mean_ppo_kl": "KL(pi_old \\|\\| pi) an update", "mean_clip_frac_high": "tokens the clip stops above",
-    "mean_clip_frac": "tokens the clip or the region stops", "mean_neg_ratio_above_3": "wrong answers' tokens at "
-    "ratio > 3", "mean_adv_correct_corr": "the advantage's correlation with correctness",
-    "mean_off_policy_masked_frac": "answers masked", "early_logratio_std_seq": "the ratio's spread an answer, first "
-    "10 steps", "mean_is_masked_frac": "tokens whose weight is 0", "mean_rejected_frac": "tokens rejected",
-    "mean_is_weight_mean": "the importance weight applied", "mean_low_entropy_frac": "tokens without a gradient",
-    "mean_adv_to_centred": "\\|A\\| over \\|r - group mean\\|", "mean_equal_groups_adv": "\\|A\\| in all-equal groups",
-    "mean_kl_grad_bias": "the KL gradient's bias", "mean_zero_std_frac": "groups with no signal",
-    "early_logratio_std_token": "the token ratio's spread, first 10 steps",
-    "mean_reward_collapse_frac": "groups where answers whose terms differ tie",
-    "early_reward_collapse_frac": "groups where answers whose terms differ tie, first 10 steps",
-    "mean_tied_adv_gap": "\\|A_i - A_j\\| of two such answers", "late_resp_len_correct": "right answers' length, 2nd half",
-    "early_resp_len": "answers' length, first 10 steps",
-    "mean_adv_mean": "the advantages' mean", "mean_clip_high_lowp_frac": "of the high-clipped tokens, those below p 0.2",
-    "mean_sapo_gate": "SAPO's gate on the gradient, mean",
-    "low_after_peak": "greedy held-out accuracy, lowest at or after its peak", "early_entropy": "the learner's "
-    "entropy, first 10 steps", "mean_clip_high_p_mean": "the high-clipped tokens' mean probability",
-    "mean_think_clip_frac": "<think> tokens the clip stops above",
-}
 
 
 class Record(NamedTuple):

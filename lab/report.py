@@ -22,6 +22,7 @@ import re
 from typing import NamedTuple
 
 from lab import lessons
+from lab import metrics
 from lab import permutation
 from lab import provenance
 from lab import run_folders
@@ -53,6 +54,8 @@ def run_summary(rows):
         peak_step, peak = max(evals, key=lambda e: e[1])
         out = {"start": evals[0][1], "final": evals[-1][1], "peak": peak, "peak_step": peak_step}
     out["evals"] = [list(e) for e in evals]
+    passes = [r["eval_pass_at_k"] for r in rows if run_folders.is_number(r.get("eval_pass_at_k"))]
+    out["pass_at_k"] = passes[-1] if passes else float("nan")  # --eval-pass-k: the last evaluation's pass@k
     # the lowest greedy accuracy once training has begun: a dip a run recovers from still counts
     out["eval_low"] = min((a for s, a in evals if s > 0), default=float("nan"))
     out["low_after_peak"] = low_after_peak(out["evals"])
@@ -226,7 +229,8 @@ def mean_std(xs, fmt):
 COLUMNS = [("start", "eval start", "{:.1%}"), ("final", "final", "{:.1%}"), ("peak", "peak", "{:.1%}"),
            ("reward", "reward (last 10)", "{:.3f}"), ("entropy", "entropy", "{:.3f}"),
            ("resp_len", "resp. length", "{:.1f}"), ("clip_frac", "clip frac", "{:.4f}"),
-           ("kl", "KL", "{:.4f}"), ("sampler_gap", "sampler gap", "{:.4f}"), ("minutes", "minutes", "{:.1f}")]
+           ("kl", "KL", "{:.4f}"), ("sampler_gap", "sampler gap", "{:.4f}"), ("pass_at_k", "pass@k, end", "{:.1%}"),
+           ("minutes", "minutes", "{:.1f}")]
 
 
 def table(runs_dir, names=None):
@@ -380,7 +384,7 @@ def size_text(key, x, sign=True):
     """An effect on a number in its unit, signed: '+4.1 points' for a share, '+2.9' else ('-' where not finite)."""
     if x is None or not math.isfinite(x):
         return "inf" if x == math.inf else "-"
-    if key in lessons.PERCENT:
+    if key in metrics.SHARES:
         points = f"{x * 100:{'+' if sign else ''}.2g}"
         return f"{points} point{'s' * (points.lstrip('+-') != '1')}"
     unit = {"entropy": " nats", "think_half_step": " steps", "distinct_final": " answers"}.get(key, "")
@@ -435,11 +439,11 @@ def also_text(j):
     out = []
     for n, v in j.also:
         if v.decision == lessons.NOT_JUDGED:
-            out.append(f"{lessons.METRICS[n.key]}: not judged: {v.why}")
+            out.append(f"{named(n.key)}: not judged: {v.why}")
             continue
         way = (f"its way, p = {p_text(v.p)}" if v.p < permutation.ALPHA else
                f"the other way, p = {p_text(v.p_other)}" if v.other_way else "no move seen")
-        out.append(f"{SHORT_METRICS.get(n.key, lessons.METRICS[n.key])}, {n.side}: {size_text(n.key, v.effect)}, {way}")
+        out.append(f"{named(n.key)}, {n.side}: {size_text(n.key, v.effect)}, {way}")
     return "; ".join(out)
 
 
@@ -451,7 +455,7 @@ def seed_effects(judged, j):
         if not (a and b) or not all(run_folders.is_number(r.get(n.key)) for r in (a, b)):
             continue
         x = n.gain(a, b)
-        cell = f"{x * 100:+.2g}" if n.key in lessons.PERCENT else f"{x:+.3g}"
+        cell = f"{x * 100:+.2g}" if n.key in metrics.SHARES else f"{x:+.3g}"
         out.append(cell if j.failure.get(seed, (True,))[0] else f"({cell})")
     return ", ".join(out) or "-"
 
@@ -491,14 +495,14 @@ def mechanism_cell(judged, j):
     key = lambda k: (lambda x: fmt_metric(k, x))  # noqa: E731
     before = span([a.get(m.without_key or m.key) for _, a, _ in j.pairs if a], key(m.without_key or m.key))
     after = span([b.get(m.key) for _, _, b in j.pairs if b], key(m.key))
-    return f"{lessons.METRICS[m.key]}: {before} -> {after} ({m.rule})"
+    return f"{named(m.key)}: {before} -> {after} ({m.rule})"
 
 
 def failure_cell(judged, j):
     """'greedy accuracy's fall from its peak: 21-39%': the failure's number in the run without, over the seeds."""
     f = judged.record.failure
     values = span([a.get(f.key) for _, a, _ in j.pairs if a], lambda x: fmt_metric(f.key, x))
-    return f"{lessons.METRICS[f.key]}: {values}"
+    return f"{named(f.key)}: {values}"
 
 
 def number_cell(judged, j):
@@ -523,11 +527,11 @@ def judged_rows(collection, summaries, first, only_run=False):
     out = [TABLE_HEAD.format(first=first), "|---" * 16 + "|"]
     for name, judged in collection.items():
         j = judgement(judged, summaries)
-        number = f"{lessons.METRICS[judged.number.key]}, {judged.number.side}"
+        number = f"{named(judged.number.key)}, {judged.number.side}"
         if not both_ran(j):
             if not only_run:
                 out.append(f"| {name} | {judged.what} | {judged.regime} | {judged.record.failure.rule} | - | "
-                           f"{lessons.METRICS[judged.record.mechanism.key]} | - | {number} | not run yet |"
+                           f"{named(judged.record.mechanism.key)} | - | {number} | not run yet |"
                            + " - |" * 7)
             continue
         v = j.verdict
@@ -559,7 +563,7 @@ def short_table(collection, summaries, first):
     for name, judged in collection.items():
         j = judgement(judged, summaries)
         v = j.verdict
-        number = SHORT_METRICS.get(judged.number.key, lessons.METRICS[judged.number.key])
+        number = named(judged.number.key)
         out.append(f"| {name} | {counted(j.failure) if j.seeds else '-'} | "
                    f"{counted(j.mechanism) if j.seeds else '-'} | {number}, {judged.number.side} | "
                    f"{number_cell(judged, j) if j.seeds else 'not run yet'} | "
@@ -578,19 +582,16 @@ def claims_table():
     return "\n".join(out)
 
 
-PERCENT_METRICS = {"mean_truncated_frac", "sampled_final", "drop", "sampled_drop", "kl_bias", "grad_limited_steps",
-                   "mean_zero_std_frac", "mean_tis_weight_mean", "mean_clip_high_lowp_frac", "mean_tis_weight_above_2",
-                   "mean_neg_far_frac", "eval_low", "final", "eval_mean", "entropy_peak_share", "mean_clip_frac",
-                   "mean_clip_frac_high", "mean_is_masked_frac", "mean_rejected_frac", "mean_off_policy_masked_frac",
-                   "mean_low_entropy_frac", "reward_kept", "mean_reward_collapse_frac",
-                   "early_reward_collapse_frac", "low_after_peak", "mean_think_clip_frac"}
+def named(key):
+    """A number's words (lab/metrics.py), its pipes escaped for a Markdown table."""
+    return metrics.words(key).replace("|", "\\|")
 
 
 def fmt_metric(key, value):
     """A summary number as the tables print it: a share in percent (two digits under 10%), else 3 digits."""
     if value is None or not math.isfinite(value):
         return "-"
-    if key in PERCENT_METRICS:
+    if key in metrics.SHARES:
         return f"{value * 100:.2g}%" if abs(value) < 0.1 else f"{value:.0%}"
     return f"{value:.3g}"
 
@@ -912,8 +913,8 @@ def headline(name, summaries):
     lb, lf = (lessons.LABELS.get(n, n) for n in lesson.experiments)
     fmt = lambda k: (lambda x: fmt_metric(k, x))  # noqa: E731
     values = [span([pair[i].get(key) for pair in j.pairs if pair[i]], fmt(key)) for i in (1, 2)]
-    return (f"{lb}: {lessons.METRICS[fkey]} {span([a.get(fkey) for _, a, _ in j.pairs if a], fmt(fkey))}, "
-            f"{lessons.METRICS[key]} {values[0]}; {lf}: {values[1]}")
+    return (f"{lb}: {named(fkey)} {span([a.get(fkey) for _, a, _ in j.pairs if a], fmt(fkey))}, "
+            f"{named(key)} {values[0]}; {lf}: {values[1]}")
 
 
 def pairs_from_results(records):
@@ -969,7 +970,7 @@ def lesson_runs_table(lesson, summaries):
     """A lesson's runs (broken, fixed, the one-change runs, the rivals), one row each over its seeds (min-max): its
     failure's number, the lesson's number, its mechanism's, its minutes."""
     n, m, f = lesson.number, lesson.record.mechanism, lesson.record.failure
-    out = [f"| run | seeds | {lessons.METRICS[f.key]} | {lessons.METRICS[n.key]} | {lessons.METRICS[m.key]} | "
+    out = [f"| run | seeds | {named(f.key)} | {named(n.key)} | {named(m.key)} | "
            "minutes |", "|---|---|---|---|---|---|"]
     for name in [*lesson.experiments, *lesson.parts, *lesson.record.rivals]:
         runs = list(summaries.get(name, {}).values())
@@ -1012,7 +1013,7 @@ def rules_part(records, args, _):
         v = j.verdict
         needs, read = seeds_needed(judged, summaries)
         run = f"{v.n[0]}, {v.n[1]}" if v.decision != lessons.NOT_JUDGED else v.why
-        out.append(f"| {name} | {SHORT_METRICS.get(n.key, lessons.METRICS[n.key])}, {n.side} | "
+        out.append(f"| {name} | {named(n.key)}, {n.side} | "
                    f"{size_text(n.key, n.worth, sign=False)} | {needs if needs else f'- ({read} of 5 read)'} | {run} | "
                    f"{size_text(n.key, v.detectable, sign=False) if v.decision != lessons.NOT_JUDGED else '-'} |")
     return "\n".join(out) + "\n"
@@ -1021,10 +1022,6 @@ def rules_part(records, args, _):
 def claims_part(records, args, _):
     """`claims`: every judged method's source and its claim, as lab/lessons.py states them (no runs needed)."""
     return claims_table() + "\n"
-
-
-SHORT_METRICS = {"grad_limited_steps": "steps whose gradient norm passed its limit", "kl_bias": "the KL estimate's bias",
-                 "distinct_final": "different right answers a problem", "sampler_entropy": "sampled entropy, nats"}
 
 
 def experiments_part(records, args, _):
@@ -1157,9 +1154,10 @@ def header_part(records, args, _):
 
 
 def metrics_column_part(records, args, text):
-    """`metrics_column`: a table whose first column names metrics in backticks; its column headed 'default run'
-    is written again from the profile of the default run (seed 0): first 10 -> last 10 steps (lowest .. highest).
-    The other columns are the page's own prose."""
+    """`metrics_column`: a table whose first column names metrics in backticks; its column headed 'in words' is
+    written from lab/metrics.py (the words the figures and tables use), its column headed 'default run' from the
+    profile of the default run (seed 0): first 10 -> last 10 steps (lowest .. highest). The other columns are the
+    page's own prose."""
     default = next((r for r in records if r["experiment"] == "default" and r["seed"] == 0 and r["rounding"] == "plain"
                     and "profile" in r), None)
     if default is None:
@@ -1167,8 +1165,11 @@ def metrics_column_part(records, args, text):
                            "--seeds 0, then table --write)")
     rows = [table_cells(line) for line in text.rstrip("\n").split("\n")]
     column = next(i for i, title in enumerate(rows[0]) if title.startswith("default run"))
+    words = next(i for i, title in enumerate(rows[0]) if title.startswith("in words"))
     for cells in rows[2:]:
-        cells[column] = profile_cell(default["profile"], re.findall(r"`(\w+)`", cells[0]))
+        names = re.findall(r"`(\w+)`", cells[0])
+        cells[column] = profile_cell(default["profile"], names)
+        cells[words] = "; ".join(metrics.LOGGED[name].replace("|", "\\|") for name in names)
     return "".join("| " + " | ".join(cells) + " |\n" for cells in rows)
 
 

@@ -315,9 +315,9 @@ def test_the_fixes_table_gives_each_seed_its_failure_mechanism_effect_and_the_ve
     summaries["g4"]["seed4"], summaries["g4_dynamic"]["seed4"] = s(0.05, 3.0, 0.6), s(0.05, 2.5, 0.58)
     row = [line for line in report.fixes_table(summaries).splitlines() if line.startswith("| dynamic_sampling")]
     cells = row[0].split(" | ")
-    assert len(row) == 1 and cells[3].startswith("groups with no signal: 5-30% (")
-    assert cells[4] == "4 of 5" and cells[5] == ("groups with signal a step: 2-3 -> 2.5-3.5 (above 1.1 times the run "
-                                                 "without's)")
+    assert len(row) == 1 and cells[3].startswith("groups with no reward variance, mean of the run: 5-30% (")
+    assert cells[4] == "4 of 5" and cells[5] == ("groups with signal a step, mean of the run: 2-3 -> 2.5-3.5 (above 1.1 "
+                                                 "times the run without's)")
     assert cells[6] == "4 of 5" and cells[8] == "50-60% -> 58-63%"
     assert cells[9] == "+10, +10, +10, +10, (-2)" and cells[10] == "held" and cells[11] == "0.012"
     assert report.fixes_table({"g4": summaries["g4"]}) == ""  # no row without both runs
@@ -579,8 +579,9 @@ def add_a_flag(project):
     """A learner's tiny flag, uncommitted, as docs/adding_a_variant.md adds one: --adv-scale, a GRPOConfig field
     (config.py) that grpo.advantages applies, and an experiment that sets it (lab/lessons.py)."""
     config = (project / "config.py").read_text()
-    anchor = '    reward_norm: str = knob('
-    config = config.replace(anchor, '    adv_scale: float = knob("advantages and sampling", 1.0, "times each advantage")\n'
+    anchor = '    reward_norm: str = flag('
+    assert config.count(anchor) == 1
+    config = config.replace(anchor, '    adv_scale: float = flag("advantages and sampling", 1.0, "times each advantage")\n'
                                     + anchor, 1)
     (project / "config.py").write_text(config)
     grpo = (project / "grpo.py").read_text()

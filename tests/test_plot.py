@@ -398,3 +398,32 @@ def test_a_panel_of_float_rounding_says_so_in_words_and_one_of_a_signal_draws_it
             said = any("the sampler is the learner" in t.get_text() for t in ax.texts)
             assert said == (name == "same") and bool(ax.lines) == (name == "apart"), (name, ax.get_title())
         plt.close(fig)
+
+
+def test_a_panel_of_shares_near_the_top_starts_below_them_not_at_0():
+    """pass@8 at 92-97% drawn from 0 is one flat line at the top: its panel starts at the last tenth below its lowest
+    value; shares that reach down past one half keep the axis from 0."""
+    assert [plot.share_floor(v) for v in ([0.92, 0.97], [0.9, 0.95], [0.5, 1.0], [0.3, 0.8], [])] == \
+        pytest.approx([0.9, 0.8, 0.4, 0.0, 0.0])
+
+
+def test_a_figure_titled_by_the_caller_does_not_repeat_the_runs_names(tmp_path):
+    """experiments.py names each figure's runs in its legend (--label) and gives the figure its title (--title): the
+    title is that line alone, not the runs' names again ('metrics: a; b; c', which wrapped over three lines)."""
+    for name in ("a", "b"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward": s / 10, "eval_acc": 0.5})
+                                                      + "\n" for s in range(1, 5)))
+    args = plot.build_parser().parse_args([str(tmp_path / "a"), str(tmp_path / "b"), "--metrics", "reward",
+                                           "--label", "a", "--label", "b", "--title", "clip: the mean over seeds",
+                                           "--out", str(tmp_path / "f.png")])
+    seen = []
+    real = plot.make_figure
+    plot.make_figure = lambda runs, subplots, frac, suptitle, path: seen.append(suptitle) or real(
+        runs, subplots, frac, suptitle, path)
+    try:
+        plot.main(args)
+    finally:
+        plot.make_figure = real
+    assert seen == ["clip: the mean over seeds"]

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from lab import lessons
+from lab import lessons, metrics
 from lab import report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,12 +45,12 @@ def test_the_recorded_runs_are_unedited_commits_on_one_machine_under_its_roundin
 
 
 def logged_names(root=ROOT):
-    """Every name a step logs by name in the project's code: stats.mean("name", ...) and its kin, and the
+    """Every name a step logs by name in the project's code: stats.mean("its name", ...) and its kin, and the
     share a field method's mask takes out (dropped["name"])."""
     names = set()
     for path in [*glob.glob(os.path.join(root, "*.py")), *glob.glob(os.path.join(root, "*", "*.py"))]:
         code = open(path, encoding="utf-8").read()
-        names |= set(re.findall(r'\bstats\.(?:mean|std|min|max|ratio|count|corr)\(\s*"(\w+)"', code))
+        names |= set(re.findall(r'\bstats\.(?:mean|std|min|max|ratio|count|corr|ess)\(\s*"(\w+)"', code))
         names |= set(re.findall(r'dropped\["(\w+)"\]', code))
     return names
 
@@ -63,6 +63,8 @@ def test_every_number_a_step_logs_has_its_row_on_docs_metrics_md():
     assert {"reward_std", "token_weight_spread", "low_entropy_frac", "rejected_frac"} <= names  # the search finds them
     missing = sorted(n for n in names if f"`{n}`" not in page)
     assert missing == [], f"logged but not on docs/metrics.md: {', '.join(missing)}"
+    unnamed = sorted(names - set(metrics.LOGGED))  # each one's words, in the one place every page reads them from
+    assert unnamed == [], f"logged without its words in lab/metrics.py: {', '.join(unnamed)}"
 
 
 def test_report_reads_runs_without_importing_matplotlib():

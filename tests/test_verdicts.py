@@ -15,6 +15,7 @@ from fractions import Fraction
 import pytest
 
 from lab import lessons
+from lab import metrics
 from lab import permutation
 from lab import report
 
@@ -193,7 +194,7 @@ def test_every_record_names_its_claim_source_failure_mechanism_switches_rival_an
     """Each lesson, fix and variant states its source's claim (a sentence) and the source, the failure it is for (a
     number of the run without it, with its rule), the number its mechanism acts on, the settings it changes, its
     rivals (experiments of the same regime, judged by the same test), and its costs; every key is one run_summary
-    gives (EXPECTED below: by hand) and the pages can name (lessons.METRICS). No record is judged by a number its
+    gives (EXPECTED below: by hand) and the pages can name (lab/metrics.py). No record is judged by a number its
     method moves by construction: the share of steps past the gradient-norm limit falls under any down-weighting."""
     judged, summary_keys = JUDGED[name], {e[0] for e in EXPECTED}
     record = judged.record
@@ -204,7 +205,7 @@ def test_every_record_names_its_claim_source_failure_mechanism_switches_rival_an
     assert isinstance(mechanism, lessons.Mechanism), f"{name}: no mechanism"
     for key in (record.failure.key, mechanism.key, mechanism.without_key or mechanism.key, judged.number.key,
                 *record.costs, *(n.key for n in judged.also)):
-        assert key in summary_keys and key in lessons.METRICS, f"{name}: {key} is not a run_summary number it can name"
+        assert key in summary_keys and metrics.words(key), f"{name}: {key} is not a run_summary number it can name"
     assert record.switches and judged.number.key != "grad_limited_steps", name
     for rival in record.rivals:  # an experiment of its own, named in words beside its name in the tables
         assert rival in lessons.EXPERIMENTS and rival not in judged.experiments and rival in lessons.LABELS, \
@@ -428,6 +429,7 @@ EXPECTED = [  # (run_summary key, value, how it is known)
     ("mean_adv_mean", 0.1, "over the run"),
     ("mean_sapo_gate", 0.9, "over the run"),
     ("late_resp_len_correct", 8.0, "steps 51-100"),
+    ("pass_at_k", 0.95, "the last evaluation's pass@k (--eval-pass-k), step 100's"),
     ("low_after_peak", 0.4, "the lowest evaluation from the peak on (step 20's 0.8): step 100's"),
     ("early_entropy", 2.4, "the first 10 steps: two at 8.0, eight at 1.0"),
     ("mean_clip_high_p_mean", 0.3, "over the steps that clipped high, 51-100"),
