@@ -924,6 +924,7 @@ def get_parser():
 
 
 if __name__ == "__main__":
+    cli.in_project_folder("experiments.py")
     ap = get_parser()
     own, extra = split_extra(sys.argv[1:])
     args, unknown = ap.parse_known_args(own)

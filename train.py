@@ -213,6 +213,7 @@ def problem_source(level, seed, step, rank=0, pool=None):
 
 
 if __name__ == "__main__":
+    cli.in_project_folder("train.py")
     parser, args = cli.parse_args()
     try:
         if args.print_config:  # every resolved flag, checked, without training

@@ -52,6 +52,14 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+def in_project_folder(prog):
+    """Refuse, in one line (exit 2), a command typed outside the project's folder: its paths (checkpoints/, the
+    scripts experiments.py starts) are the folder's, and a run from elsewhere would build a warm start of its own."""
+    if os.path.realpath(os.getcwd()) != os.path.realpath(ROOT):
+        print(f"{prog}: error: run it from the project's folder: cd {ROOT}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's, whose usage error is one line: the error and where the flags are listed, not the 60 lines of the
     usage first."""

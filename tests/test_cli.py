@@ -357,3 +357,15 @@ def test_a_warm_start_that_does_not_match_its_checksum_is_refused_naming_its_bui
     assert "does not match its checksum" in out.stderr and not (tmp_path / "runs").exists()
     os.remove(str(copy) + ".sha256")
     cli.check_sha256(str(copy))  # no checksum beside it: a file of the user's own
+
+
+@pytest.mark.parametrize("script", ["train.py", "experiments.py"])
+def test_a_command_typed_outside_the_project_folder_says_where_to_run_it(script, tmp_path):
+    """From another folder, train.py would look for checkpoints/ there (and build a warm start of its own), and
+    experiments.py would start a train.py that is not there: each says in one line where to run it, and exit 2."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, script), "default" if script == "experiments.py" else
+                          "--steps", *([] if script == "experiments.py" else ["1"])], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == f"{script}: error: run it from the project's folder: cd {ROOT}\n"
+    assert os.listdir(tmp_path) == []  # nothing written there

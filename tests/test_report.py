@@ -293,6 +293,11 @@ def test_the_times_part_adds_each_suites_recorded_minutes_and_halves_them_for_tw
     rows = {line.split(" | ")[0]: line for line in report.times_part(records, [], "").splitlines()[2:]}
     assert rows["| `python experiments.py instability --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 15 of 15 | 18 | 9 min |")
     assert rows["| `python experiments.py naive_kl --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 1 of 30 | 1 | 0 min |")
+    # the runs each record's seeds are set from first; then, for a record that needs 10 seeds, its seeds past 4
+    assert list(rows)[0] == "| `python experiments.py withouts --seeds 0,1,2,3,4 --jobs 2`"
+    tis = lessons.FIXES["tis"]
+    assert tis.seeds == 10 and "| `python experiments.py fix_tis --seeds 5,6,7,8,9 --jobs 2`" in rows
+    assert list(rows)[-1] == "| `python experiments.py all --seeds 0,1,2 --jobs 2`"
 
 
 OTHER_TOOLS = {  # flags the pages name that belong to another program than this project's, and whose
@@ -324,3 +329,32 @@ def test_every_flag_a_page_names_is_one_a_program_here_takes():
         if bad:
             unknown[page] = sorted(bad)
     assert unknown == {}, unknown
+
+
+FOLDERS = ("lab/", "book/", "harness/", "kernels/", "docs/", "tests/", "bench/", "figures/", "checkpoints/", ".ci/")
+# files the pages cite that are another project's (the book's scripts, TRL's, AReaL's) or a run's own, not ours
+ELSEWHERE = {"7_3_plus_tracking.py", "7_4_plus_clip_ratio.py", "7_5_plus_kl.py", "7_6_plus_format_reward.py",
+             "deepseek_v32_style.py", "olmo3_style.py", "gdpo.py", "rlvr_grpo_original_no_kl.py", "config.json",
+             "generation_config.json", "tokenizer.json", "metrics.jsonl", "answers.jsonl", "ckpt_latest.pt",
+             "traceback.txt", "test.jsonl", "xeon.jsonl"}
+
+
+def test_every_path_the_pages_name_exists():
+    """A file the pages name (README.md, EXPERIMENTS.md, tests/README.md, docs/) exists where they say: a path into one
+    of the project's folders, or a bare name of a .py file, at the top, in tests/ or in bench/ (the names of the files
+    that moved into lab/, book/ and harness/ are caught here); another project's file or a run's own is named apart."""
+    pages = ["README.md", "EXPERIMENTS.md", "tests/README.md", *(f"docs/{f}" for f in os.listdir(os.path.join(ROOT, "docs")))]
+    token = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.(?:py|md|png|pt|sh|sha256|jsonl))\b")
+    missing = {}
+    for page in pages:
+        for path in set(token.findall(open(os.path.join(ROOT, page), encoding="utf-8").read())):
+            name = os.path.basename(path)
+            if path.startswith(FOLDERS):
+                found = os.path.exists(os.path.join(ROOT, path))
+            elif "/" in path or name in ELSEWHERE or not name.endswith(".py") or "_style" in name:
+                continue  # runs/..., ch07/..., another project's files: not ours
+            else:
+                found = any(os.path.exists(os.path.join(ROOT, d, name)) for d in ("", "tests", "bench"))
+            if not found:
+                missing.setdefault(page, []).append(path)
+    assert missing == {}, missing
