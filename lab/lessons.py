@@ -610,6 +610,12 @@ COLLAPSES = Failure("entropy", "its entropy, last 10 steps, is half its first 10
 THINK_CLIPPED = at_least("mean_think_clip_frac", 0.1, "its clip stops a tenth or more of the <think> tokens of the "
                          "answers with A > 0: the rare token that opens a reasoned answer, clipped out")
 ENTROPY_CLIMBS = at_least("entropy_peak_share", 0.5, "its entropy climbs to half of ln V")
+TIS = Record(  # TIS's, judged twice: behind a stale sampler, and behind a sampler of other weights (an engine's)
+    claim="The implementation gap implicitly turns the on-policy RL to be off-policy; a simple yet effective importance "
+          "sampling technique handles such discrepancy.",
+    source="Yao et al. 2025, 'Your Efficient RL Framework Secretly Brings You Off-Policy RL Training'", failure=STALE,
+    mechanism=above("mean_tis_weight_above_2", 0), switches=("tis_cap",), rivals=["lag_decoupled_masked"],
+    costs=["mean_is_weight_mean"])
 # the closing list (the book's 7_7_improvements: olmo3_style.py items 1-7, deepseek_v32_style.py 8-12) and the other
 # named fixes, each where its failure happens, beside the same run without it
 FIXES = {
@@ -655,20 +661,12 @@ FIXES = {
         "a learner with mass where top-p never samples", "the runaway (the book's 7_3)", numbers="11", seeds=10),
     "tis": Judged(
         "fix", ["lag_decoupled", "lag_decoupled_tis"], STABLE,
-        Record(claim="The implementation gap implicitly turns the on-policy RL to be off-policy; a simple yet effective "
-                     "importance sampling technique handles such discrepancy.",
-               source="Yao et al. 2025, 'Your Efficient RL Framework Secretly Brings You Off-Policy RL Training'",
-               failure=STALE, mechanism=above("mean_tis_weight_above_2", 0), switches=("tis_cap",),
-               rivals=["lag_decoupled_masked"], costs=["mean_is_weight_mean"]),
+        TIS,
         "a sampler that is not the policy the ratio starts from", LAG_DECOUPLED + " (the run without: decoupled PPO "
         "with its behaviour weight removed)", numbers="6, as a sampler weight", also=(SPIKES,), seeds=10),
     "tis_engine": Judged(
         "fix", ["engine_fp8", "engine_fp8_tis"], STABLE,
-        Record(claim="The implementation gap implicitly turns the on-policy RL to be off-policy; a simple yet effective "
-                     "importance sampling technique handles such discrepancy.",
-               source="Yao et al. 2025, 'Your Efficient RL Framework Secretly Brings You Off-Policy RL Training'",
-               failure=STALE, mechanism=above("mean_tis_weight_above_2", 0), switches=("tis_cap",),
-               rivals=["lag_fresh"], costs=["mean_is_weight_mean"]),
+        TIS._replace(rivals=["lag_fresh"]),  # what a learner would pick instead: a sampler at the learner's precision
         "a sampler whose weights are rounded to 8 bits (an fp8 engine) beside the fp32 learner",
         "lr 3e-4, 60 steps, the sampler's weights in fp8", numbers="6, as a sampler weight", also=(SPIKES,)),
     "kl_reweight": Judged(
