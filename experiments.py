@@ -248,12 +248,13 @@ class Run(NamedTuple):
 
 def label_of(label=None):
     """The label that sets a suite's runs beside the experiment's own (NAME+LABEL): --label, else the source
-    files a run imports that differ from the git commit ('grpo.py', 'grpo.py+rewards.py'), else none."""
+    files a run imports that differ from the git commit ('grpo.py', 'grpo.py+rewards.py', a folder's file with its
+    folder: 'harness-stats.py'), else none."""
     if label:
         if not re.fullmatch(r"[\w.,=-]+", label):
             raise ValueError(f"--label {label!r}: letters, digits and . , = - _ only (it names a folder)")
         return label
-    return "+".join(provenance.edited_files(provenance.source_files()) or [])
+    return "+".join(path.replace("/", "-") for path in provenance.edited_files(provenance.source_files()) or [])
 
 
 def plan(names, seeds, runs_dir, steps=None, extra=(), nproc=1, roundings=("plain",), label=""):

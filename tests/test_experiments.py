@@ -501,6 +501,20 @@ def edit_advantages(project, factor):
     (project / "grpo.py").write_text(text.replace(old, f"    return ({factor} * centred).view(-1)  # (B,)", 1))
 
 
+@pytest.mark.parametrize("path", ["harness/stats.py", "kernels/logprobs.py", "book/qwen3.py"])
+def test_an_appended_comment_in_a_folders_file_is_recorded_as_an_edit(project, tmp_path, path):
+    """The code a run records is every file train.py imports, in the folders too: a comment appended to one of them
+    shows in the run's config.json as that file edited, and the run goes into a folder of its own, named for the
+    file with its folder (default+steps1+harness-stats.py)."""
+    with open(project / path, "a") as f:
+        f.write("# a learner's note\n")
+    out = suite(project, tmp_path, "default", "--seeds", "0", "--steps", "1", *SMALL)
+    assert out.returncode == 0, out.stderr
+    edited = tmp_path / "exp" / f"default+steps1+{path.replace('/', '-')}" / "seed0"
+    config = json.loads((edited / "config.json").read_text())
+    assert config["code"]["edited"] == [path] and path in config["code"]["files"]
+
+
 def test_an_edited_line_runs_beside_the_old_runs_and_a_second_edit_is_refused_not_skipped(project, tmp_path):
     """The same command after an edit of grpo.py runs the edited code into default+steps2+grpo.py (never the old
     run's 'finished already') and draws it beside the unmodified run, the figure named after the edit's
