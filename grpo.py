@@ -1,8 +1,8 @@
 """GRPO's step, as train.py runs it every step, then its pieces in the order the step runs them:
 
     sample G answers to each prompt, score them (rollouts.py, rewards.py) -> group-relative advantages
-    -> log-probs of pi_old and pi_ref, fixed -> for each update: pi_theta's log-probs (logprobs.py),
-    the clipped ratio pi_theta / pi_old times A (+ beta KL to pi_ref), a mean over the tokens, a step
+    -> log-probs of pi_old and pi_ref, fixed -> for each update: pi_theta's log-probs (log_softmax and gather,
+    `token_logprobs`), the clipped ratio pi_theta / pi_old times A (+ beta KL to pi_ref), a mean over the tokens, a step
 
     python train.py                  # this step at its defaults (config.GRPOConfig: the flags)
     python train.py --recipe book    # the same step at the chapter's flags
@@ -11,10 +11,11 @@ The defaults are DeepSeekMath's GRPO (arXiv 2402.03300) as TRL and verl run it, 
 each batch of answers, where the paper takes one, so that the ratio moves away from 1 after the first optimizer step
 and the clip has work to do; and no KL penalty, as DAPO, Dr. GRPO and the book's 7_4 have none (`--recipe grpo` sets
 the paper's one update and beta 0.04). Each variant is a flag on the one function that holds its idea (--ratio-level
-on `policy_ratio`, --kl-estimator on `kl_penalty`, ...), and a variant with a function of its own enters as one
-named call that does the plain thing while its flag is off; those functions are field_methods.py's. What a step logs
-is harness/stats.py's: `grpo_step` hands each update to `watch`, which does nothing unless a caller gives one. book/reference.py
-writes the chapter's step and the papers' as their authors do; tests hold this step equal to each at its flags.
+on `policy_ratio`, --kl-estimator on `kl_penalty`, ...); a variant with a function of its own (field_methods.py)
+enters where its flag is on, in a line that names the flag (`if cfg.rollout_lag:`), so that at the defaults the step
+calls nothing that does nothing. What a step logs is harness/stats.py's: `grpo_step` hands each update to `watch`.
+book/reference.py writes the chapter's step and the papers' as their authors do; tests hold this step equal to each
+at its flags.
 
 Where this step departs from the book's scripts (rasbt/reasoning-from-scratch, ch07/03_rlvr_grpo_scripts_advanced/),
 each a flag that `--recipe book` sets back:
@@ -411,7 +412,7 @@ def aggregate(token_loss, mask, mode="seq_mean", max_len=None):
         total = (token_loss * mask).sum()
         count = mask.shape[0] * max_len
     else:
-        return field_methods.field_aggregate(token_loss, mask, mode)  # bnpo, luspo (an unknown name is a ValueError there)
+        return field_methods.field_aggregate(token_loss, mask, mode)  # bnpo, luspo (else a ValueError there)
     return global_mean(total, count)  # total / count; under torchrun over every rank's rows (harness/distributed.py)
 
 
