@@ -524,7 +524,7 @@ LESSONS = {
     "instability": Judged(
         "lesson", ["book_noclip", "book_clip10"], Number("final", "higher", ACCURACY, 1.0), BOOK_CLIP,
         "the book's clip, eps 10 on the summed ratio", BOOK_REGIME + ", 4 inner epochs from a frozen copy, no KL",
-        words=("The book's clip binds", "accuracy is rescued")),
+        words=("The book's clip binds", "accuracy is rescued"), seeds=8),
     "instability_search": Judged(
         "lesson", ["book_runaway_noclip", "book_runaway_clip10"], Number("final", "higher", ACCURACY, 1.0),
         BOOK_CLIP._replace(rivals=["book_runaway_ppo_clip"], source=BOOK_CLIP.source + "; where the summed ratio passes "
@@ -651,14 +651,14 @@ FIXES = {
                failure=at_least("mean_truncated_frac", 0.1, "a tenth or more of its answers are cut at the cap"),
                mechanism=Mechanism("mean_reward_overlong", "below 0", lambda without, with_: with_ < 0),
                switches=("overlong_cache",), rivals=["book_runaway_mask_truncated"], costs=["mean_reward_overlong"]),
-        "answers cut at the cap", "the runaway (the book's 7_3)", numbers="DAPO", seeds=8),
+        "answers cut at the cap", "the runaway (the book's 7_3)", numbers="DAPO"),
     "keep_mask": Judged(
         "fix", ["book_runaway", "book_runaway_keepmask_T1"], Number("entropy_peak_share", "lower", ACCURACY, 0.0),
         Record(claim="Combining top-p sampling with the Keep Sampling Mask strategy effectively preserves language "
                      "consistency during RL training.", source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1",
                failure=ENTROPY_CLIMBS, mechanism=below_without("mean_sampler_gap", 0.5),
                switches=("keep_sampling_mask",), rivals=["book_runaway_tis"], costs=[]),
-        "a learner with mass where top-p never samples", "the runaway (the book's 7_3)", numbers="11", seeds=10),
+        "a learner with mass where top-p never samples", "the runaway (the book's 7_3)", numbers="11", seeds=8),
     "tis": Judged(
         "fix", ["lag_decoupled", "lag_decoupled_tis"], STABLE,
         TIS,
@@ -675,7 +675,7 @@ FIXES = {
                      "between the current policy and the old policy.", source="DeepSeek-V3.2, arXiv 2512.02556, sec. 3.1",
                failure=at_least("kl_bias", 0.05, "its KL estimate is off the exact KL by 5% or more over the run"),
                mechanism=above("mean_ppo_kl", 1e-4), switches=("kl_reweight",), rivals=["kl_reuse_k3plus"], costs=[]),
-        "a KL estimated on pi_old's samples", "KL 0.5, 16 updates a rollout, token mean, 50 steps", numbers="9", seeds=10),
+        "a KL estimated on pi_old's samples", "KL 0.5, 16 updates a rollout, token mean, 50 steps", numbers="9"),
     "entropy_bonus": Judged(
         "fix", ["many", "many_entropy"], Number("distinct_final", "higher", DISTINCT),
         Record(claim="A positive value adds an entropy bonus that encourages exploration by keeping the policy from "
@@ -722,7 +722,7 @@ FIXES = {
                failure=STALE, mechanism=above("mean_neg_ratio_above_3", 0), switches=("dual_clip",),
                rivals=["lag_masked"], costs=[]),
         "stale wrong answers made likelier: an unbounded loss", "rollouts 4 steps old, pi_old their sampler, lr 3e-4",
-        numbers="-", also=(SPIKES,), seeds=8),
+        numbers="-", also=(SPIKES,)),
     "off_policy_mask": Judged(
         "fix", ["lag_decoupled", "lag_decoupled_masked"], STABLE,
         Record(claim="We mask negative sequences that introduce significant policy divergence; this improves stability "
