@@ -282,7 +282,7 @@ def test_a_lesson_part_shows_one_roundings_seeds():
 
 def test_the_times_part_adds_each_suites_recorded_minutes_and_halves_them_for_two_jobs():
     """A suite's row by hand: lesson 1's first step's 15 runs of seeds 0-4 (no clip, the book's clip, and its rival,
-    PPO's clip) at 1.2 min add to 18, about 9 at --jobs 2; a run under another rounding, a seed the command does not
+    PPO's clip) at 1.2 min add to 18, about 9 at --jobs 2, of the 24 its 8 seeds ask; a run under another rounding, a seed the command does not
     run, and a run without its minutes are not counted. Lesson 2 runs its pair, its two one-change runs and its two
     rivals: 30 runs."""
     rec = lambda name, seed, minutes, rounding="plain": {  # noqa: E731
@@ -291,7 +291,8 @@ def test_the_times_part_adds_each_suites_recorded_minutes_and_halves_them_for_tw
     records += [rec("book_noclip", 0, 9.0, "avx2"), rec("book_noclip", 7, 9.0), rec("book_kl", 0, None),
                 rec("book_kl", 1, 0.9)]
     rows = {line.split(" | ")[0]: line for line in report.times_part(records, [], "").splitlines()[2:]}
-    assert rows["| `python experiments.py instability --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 15 of 15 | 18 | 9 min |")
+    assert lessons.LESSONS["instability"].seeds == 8  # its rule asks 8 seeds: the 15 runs of seeds 0-4 are 15 of 24
+    assert rows["| `python experiments.py instability --seeds 0,1,2,3,4,5,6,7 --jobs 2`"].endswith("| 15 of 24 | 18 | 9 min |")
     assert rows["| `python experiments.py naive_kl --seeds 0,1,2,3,4 --jobs 2`"].endswith("| 1 of 30 | 1 | 0 min |")
     # the runs each record's seeds are set from first; then, for a record that needs 10 seeds, its seeds past 4
     assert list(rows)[0] == "| `python experiments.py withouts --seeds 0,1,2,3,4 --jobs 2`"
