@@ -408,13 +408,15 @@ def decision_text(v):
     return text
 
 
-def effect_text(key, v):
-    """'+27 points (95% interval +20 to +33), ahead in 100% of seed pairs; detectable: 8.5 points (5 and 5 seeds)'."""
+def effect_text(key, v, planned=None):
+    """'+27 points (95% interval +20 to +33), ahead in 100% of seed pairs; detectable: 8.5 points (5 and 5 seeds)';
+    where either run has fewer seeds than the record plans (planned), the plan too: '... at 5 and 5 seeds, of 10'."""
     if v.decision == lessons.NOT_JUDGED:
         return "-"
     low, high = (size_text(key, x) for x in v.interval)
+    short = f", of {planned}" if planned and min(v.n) < planned else ""
     return (f"{size_text(key, v.effect)} ({low} to {high}), ahead in {v.prob:.0%}; detectable "
-            f"{size_text(key, v.detectable, sign=False)} at {v.n[0]} and {v.n[1]} seeds")
+            f"{size_text(key, v.detectable, sign=False)} at {v.n[0]} and {v.n[1]} seeds{short}")
 
 
 def rival_text(number, rival, v):
@@ -538,7 +540,7 @@ def judged_rows(collection, summaries, first, only_run=False):
         out.append(f"| {name} | {judged.what} | {judged.regime} | {failure_cell(judged, j)} ({judged.record.failure.rule}) "
                    f"| {counted(j.failure)} | {mechanism_cell(judged, j)} | {counted(j.mechanism)} | {number} | "
                    f"{number_cell(judged, j)} | {seed_effects(judged, j)} | {decision_text(v)} | "
-                   f"{p_text(v.p) if v.decision != lessons.NOT_JUDGED else '-'} | {effect_text(judged.number.key, v)} | "
+                   f"{p_text(v.p) if v.decision != lessons.NOT_JUDGED else '-'} | {effect_text(judged.number.key, v, judged.seeds)} | "
                    f"{also_text(j) or '-'} | "
                    f"{'; '.join(rival_text(judged.number, r, rv) for r, rv in j.rivals.items()) or '-'} | "
                    f"{cost_text(j) or '-'} |")
@@ -613,7 +615,7 @@ def lesson_table(name, summaries):
     names = [*lesson.experiments, *lesson.parts]
     cell = NUMBER_CELLS.get(lesson.number.key, lambda r: fmt_metric(lesson.number.key, r.get(lesson.number.key)))
     v = j.verdict
-    found = f", p = {p_text(v.p)}; {effect_text(lesson.number.key, v)}" if v.decision != lessons.NOT_JUDGED else ""
+    found = f", p = {p_text(v.p)}; {effect_text(lesson.number.key, v, lesson.seeds)}" if v.decision != lessons.NOT_JUDGED else ""
     out = [f"**{name}** ({rule_text(lesson)}): {decision_text(v)}{found}", "",
            f"| seed | {names[0]}: its failure | " + " | ".join(f"{n}: {NUMBER_TITLES.get(lesson.number.key, '')}"
                                                             for n in names)
@@ -958,7 +960,7 @@ def verdict_part(records, args, _):
     also = also_text(j)
     p = f", p = {p_text(v.p)}" if v.decision != lessons.NOT_JUDGED else ""
     line = (f"**{mechanism} in {counted(j.mechanism)} seeds; {finds}: {decision_text(v)}{p}**. "
-            f"{'Its effect: ' + effect_text(key, v) + '. ' if v.decision != lessons.NOT_JUDGED else ''}"
+            f"{'Its effect: ' + effect_text(key, v, lesson.seeds) + '. ' if v.decision != lessons.NOT_JUDGED else ''}"
             f"Its failure was there in {counted(j.failure)}{'. One change of the two: ' + alone if alone else ''}"
             f"{'. Beside it, ' + also if also else ''}. On {where_recorded(records, lesson.experiments)}.\n")
     if args[1:] != ["table"]:

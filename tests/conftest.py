@@ -36,6 +36,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "roundings: compares numbers made two ways (batch shapes, the KV cache, two "
                             "processes, the fused kernels, the textbook formulas); .ci/run runs these again under "
                             "other vector widths and two threads, where another CPU's rounding shows")
+    if "s" not in config.option.reportchars:  # a skipped test says why even under -q: a record not yet made whole
+        config.option.reportchars += "s"
 
 # A warm start small enough to train in seconds but good enough that GRPO has signal on
 # `--level easy`: pass@8 ~40%, so groups mix right and wrong answers and steps have

