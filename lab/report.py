@@ -339,9 +339,16 @@ def compare(number, first, second, summaries, present=None, acted=None):
                            None if acted is None else by_seed(acted), (first, second))
 
 
+def own_seeds(summaries, n):
+    """summaries with each experiment's seeds 0 to n - 1 alone (under every rounding): the seeds a record plans. Runs
+    of its experiments made for another record (a rival's 8 seeds, where this record plans 5) are not its."""
+    return {name: {s: run for s, run in runs.items() if seed_number(s) < n} for name, runs in summaries.items()}
+
+
 def judgement(judged, summaries):
     """Judgement of a lessons.judged() record on the runs of summaries ({experiment: {seed: run_summary}})."""
     names, record = judged.experiments, judged.record
+    summaries = own_seeds(summaries, judged.seeds)
     seeds = sorted(set().union(*(summaries.get(n, {}) for n in names)), key=lambda s: (seed_number(s), s))
     runs = {s: {n: summaries[n][s] for n in needed(judged) if s in summaries.get(n, {})} for s in seeds}
     pairs = [(s, runs[s].get(names[0]), runs[s].get(names[1])) for s in seeds]
@@ -355,7 +362,7 @@ def judgement(judged, summaries):
     if judged.keeps and verdict.decision == lessons.HELD:  # the 80/20 rule: also not worse than every token
         behind = compare(judged.number, names[1], judged.keeps, summaries)
         if behind.decision != lessons.NOT_JUDGED and behind.p < permutation.ALPHA:
-            verdict = verdict._replace(decision=lessons.NOT_HELD, why=f"behind {judged.keeps}, p = {p_text(behind.p)}")
+            verdict = verdict._replace(decision=lessons.NOT_HELD, why=f"behind {judged.keeps}, {p_is(behind.p)}")
     also = [(n, compare(n, *names, summaries)) for n in judged.also]
     rivals = {rival: compare(judged.number, rival, names[1], summaries) if rival in summaries else None
               for rival in record.rivals}
@@ -376,8 +383,13 @@ def seeds_needed(judged, summaries, seeds=(0, 1, 2, 3, 4)):
 
 
 def p_text(p):
-    """A p-value as the pages print it: 'p = 0.004', three decimals ('< 0.001' below)."""
+    """A p-value as a table's column prints it: '0.004', three decimals ('< 0.001' below)."""
     return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def p_is(p):
+    """A p-value as a sentence prints it: 'p = 0.004', or 'p < 0.001'."""
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
 def size_text(key, x, sign=True):
@@ -402,7 +414,7 @@ def decision_text(v):
     if v.decision == lessons.DID_NOT_ACT:
         text += f" (acted in {v.acted[0]} of {v.acted[1]})"
     if v.other_way:
-        text += f"; the other way, p = {p_text(v.p_other)}"
+        text += f"; the other way, {p_is(v.p_other)}"
     if v.decision == lessons.NOT_HELD and v.why and v.why.startswith("behind"):
         text += f" ({v.why})"
     return text
@@ -428,11 +440,11 @@ def rival_text(number, rival, v):
     if v.decision == lessons.NOT_JUDGED:
         return f"{named}: not judged: {v.why}"
     if v.p < permutation.ALPHA:
-        side = f"better, p = {p_text(v.p)}"
+        side = f"better, {p_is(v.p)}"
     elif v.other_way:
-        side = f"worse, p = {p_text(v.p_other)}"
+        side = f"worse, {p_is(v.p_other)}"
     else:
-        side = f"no difference seen (p = {p_text(min(v.p, v.p_other))})"
+        side = f"no difference seen ({p_is(min(v.p, v.p_other))})"
     return f"{named}: {side}, {size_text(number.key, v.effect)}"
 
 
@@ -443,8 +455,8 @@ def also_text(j):
         if v.decision == lessons.NOT_JUDGED:
             out.append(f"{named(n.key)}: not judged: {v.why}")
             continue
-        way = (f"its way, p = {p_text(v.p)}" if v.p < permutation.ALPHA else
-               f"the other way, p = {p_text(v.p_other)}" if v.other_way else "no move seen")
+        way = (f"its way, {p_is(v.p)}" if v.p < permutation.ALPHA else
+               f"the other way, {p_is(v.p_other)}" if v.other_way else "no move seen")
         out.append(f"{named(n.key)}, {n.side}: {size_text(n.key, v.effect)}, {way}")
     return "; ".join(out)
 
@@ -615,7 +627,7 @@ def lesson_table(name, summaries):
     names = [*lesson.experiments, *lesson.parts]
     cell = NUMBER_CELLS.get(lesson.number.key, lambda r: fmt_metric(lesson.number.key, r.get(lesson.number.key)))
     v = j.verdict
-    found = f", p = {p_text(v.p)}; {effect_text(lesson.number.key, v, lesson.seeds)}" if v.decision != lessons.NOT_JUDGED else ""
+    found = f", {p_is(v.p)}; {effect_text(lesson.number.key, v, lesson.seeds)}" if v.decision != lessons.NOT_JUDGED else ""
     out = [f"**{name}** ({rule_text(lesson)}): {decision_text(v)}{found}", "",
            f"| seed | {names[0]}: its failure | " + " | ".join(f"{n}: {NUMBER_TITLES.get(lesson.number.key, '')}"
                                                             for n in names)
@@ -955,10 +967,10 @@ def verdict_part(records, args, _):
     j = judgement(lesson, summaries)
     v, key = j.verdict, lesson.number.key
     mechanism, finds = lesson.words
-    alone = "; ".join(f"{lessons.LABELS.get(p, p)} alone: {decision_text(pv)}, p = {p_text(pv.p)}, "
+    alone = "; ".join(f"{lessons.LABELS.get(p, p)} alone: {decision_text(pv)}, {p_is(pv.p)}, "
                       f"{size_text(key, pv.effect)}" for p, pv in j.parts.items())
     also = also_text(j)
-    p = f", p = {p_text(v.p)}" if v.decision != lessons.NOT_JUDGED else ""
+    p = f", {p_is(v.p)}" if v.decision != lessons.NOT_JUDGED else ""
     line = (f"**{mechanism} in {counted(j.mechanism)} seeds; {finds}: {decision_text(v)}{p}**. "
             f"{'Its effect: ' + effect_text(key, v, lesson.seeds) + '. ' if v.decision != lessons.NOT_JUDGED else ''}"
             f"Its failure was there in {counted(j.failure)}{'. One change of the two: ' + alone if alone else ''}"
@@ -1111,7 +1123,7 @@ def roundings_part(records, args, _):
     for lesson, number in sorted(lessons.NUMBERED.items(), key=lambda x: x[1]):
         judged = lessons.LESSONS[lesson]
         each = [judgement(judged, summaries_from_results(records, n)) for n in names]
-        cells = [f"{decision_text(j.verdict)}, p = {p_text(j.verdict.p)}" if j.seeds and j.verdict.decision !=
+        cells = [f"{decision_text(j.verdict)}, {p_is(j.verdict.p)}" if j.seeds and j.verdict.decision !=
                  lessons.NOT_JUDGED else decision_text(j.verdict) if j.seeds else "-" for j in each]
         out.append(f"| {number}. {lesson} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"

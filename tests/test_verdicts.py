@@ -81,7 +81,8 @@ def made_runs(judged, without, shift, acts=True, seeds=5):
 def test_every_record_on_runs_made_by_hand(name):
     """Five seeds each: the method ahead by three times the number's worth in every seed: held; level: not held;
     behind by as much: not held, the other way; its mechanism idle: did not act; the run without healthy: no failure
-    here (whatever the method's run did); four seeds: not judged."""
+    here (whatever the method's run did); four seeds: not judged; seeds past the record's own (made for another
+    record): not read."""
     judged = JUDGED[name]
     failing = {**FAILING, **FAILING_FOR.get(name, {})}
     verdict = lambda runs: report.judgement(judged, runs).verdict  # noqa: E731
@@ -97,6 +98,8 @@ def test_every_record_on_runs_made_by_hand(name):
         assert healthy.decision == lessons.NO_FAILURE and healthy.present == (0, 5), name
     short = verdict(made_runs(judged, failing, 3.0, seeds=4))
     assert short.decision == lessons.NOT_JUDGED and short.why.startswith("4 seeds of "), (name, short.why)
+    more = verdict(made_runs(judged, failing, 3.0, seeds=judged.seeds + 2))  # two seeds past its plan, another's
+    assert more.n == (judged.seeds, judged.seeds) and more.present == (judged.seeds, judged.seeds), name
 
 
 def number(side="higher", worth=0.1, best=1.0):
@@ -307,16 +310,17 @@ def test_each_record_runs_the_seeds_its_rule_asks_and_at_least_five(name):
 
 
 @pytest.mark.parametrize("name", list(JUDGED))
-def test_each_records_p_is_the_exact_test_on_all_its_recorded_seeds(name):
-    """The p the pages print is the share of the splits of all the recorded seeds of both runs whose mean difference
-    reaches the observed one, the claim's way: a plain enumeration in exact fractions agrees. (Enumerations over more
+def test_each_records_p_is_the_exact_test_on_all_its_seeds_recorded(name):
+    """The p the pages print is the share of the splits of the record's seeds (0 to its seeds - 1) of both runs whose
+    mean difference reaches the observed one, the claim's way: a plain enumeration in exact fractions agrees. (Enumerations over more
     than 20 seeds would take too long here: at most 10 and 10 are recorded.)"""
     judged, summaries = JUDGED[name], recorded()
     v = report.judgement(judged, summaries).verdict
     if v.decision == lessons.NOT_JUDGED:
         assert missing_seeds(name, summaries) and " needed)" in v.why, (name, v.why)  # seeds not made, nothing else
         skip_where_not_made(name, summaries)
-    without, with_ = ([x for x in report.values(summaries, e, judged.number.key).values() if report.run_folders.is_number(x)]
+    without, with_ = ([x for s, x in report.values(summaries, e, judged.number.key).items()
+                       if report.run_folders.is_number(x) and report.seed_number(s) < judged.seeds]
                       for e in judged.experiments)
     assert v.n == (len(without), len(with_))
     assert v.p == pytest.approx(float(p_by_enumeration(without, with_, judged.number.side)), abs=1e-12), name
