@@ -323,8 +323,9 @@ def values(summaries, experiment, key):
 
 
 def seed_number(label):
-    """'seed3' -> 3, 'seed3 avx2' -> 3."""
-    return int(label[4:].split()[0])
+    """'seed3' -> 3, 'seed3 avx2' -> 3; -1 for a folder named by another rule (no seed in its name)."""
+    found = re.match(r"seed(\d+)", label)
+    return int(found[1]) if found else -1
 
 
 def by_seed(d):
@@ -341,7 +342,8 @@ def compare(number, first, second, summaries, present=None, acted=None):
 
 def own_seeds(summaries, n):
     """summaries with each experiment's seeds 0 to n - 1 alone (under every rounding): the seeds a record plans. Runs
-    of its experiments made for another record (a rival's 8 seeds, where this record plans 5) are not its."""
+    of its experiments made for another record (a rival's 8 seeds, where this record plans 5) are not its. A folder
+    named by another rule than seed<k> has no seed to plan, and stays."""
     return {name: {s: run for s, run in runs.items() if seed_number(s) < n} for name, runs in summaries.items()}
 
 
