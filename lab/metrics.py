@@ -13,6 +13,8 @@ LOGGED = {  # metrics.jsonl's names -> their words
     # the held-out evaluations
     "eval_acc": "held-out accuracy, greedy", "eval_sampled_acc": "held-out accuracy, sampled as the rollouts are",
     "eval_pass_at_k": "held-out pass@k", "eval_distinct": "different right answers a problem",
+    "eval_format": "held-out answers in think format", "eval_pass_at_1": "held-out pass@1, sampled",
+    "eval_distinct_share": "different right answers, of the answers sampled", "ln_vocab": "ln V, the most entropy can be",
     # the rewards and the answers
     "reward": "reward", "reward_correct": "right answers' share", "reward_format": "answers in think format",
     "resp_len": "answer length (tokens)", "resp_len_wrong": "wrong answers' length (tokens)",
@@ -27,7 +29,8 @@ LOGGED = {  # metrics.jsonl's names -> their words
     "adv_correct_corr": "the advantage's correlation with correctness",
     "adv_to_centred": "|A| over |r - its group's mean|", "equal_groups_adv": "|A| in groups of equal rewards",
     # the update
-    "loss": "loss", "grad_norm": "gradient norm, before its limit", "entropy": "learner's entropy a token (nats)", "sampler_entropy": "sampler's entropy a token (nats)",
+    "loss": "loss", "pg_loss": "the loss's policy-gradient part", "entropy_bonus": "the entropy bonus's term",
+    "time": "seconds a step", "lr": "learning rate", "tokens_per_s": "tokens a second", "grad_norm": "gradient norm, before its limit", "entropy": "learner's entropy a token (nats)", "sampler_entropy": "sampler's entropy a token (nats)",
     "clip_frac": "tokens where the clip or the region binds", "clip_frac_high": "tokens where the high clip binds",
     "clip_frac_low": "tokens where the low clip binds", "ratio_mean": "mean ratio pi / pi_old",
     "ratio_min": "smallest ratio pi / pi_old",

@@ -46,7 +46,7 @@ def test_the_recorded_runs_are_unedited_commits_on_one_machine_under_its_roundin
 
 def logged_names(root=ROOT):
     """Every name a step logs by name in the project's code: stats.mean("its name", ...) and its kin, and the
-    share a field method's mask takes out (dropped["name"])."""
+    share a field method's mask takes out (dropped[NAME])."""
     names = set()
     for path in [*glob.glob(os.path.join(root, "*.py")), *glob.glob(os.path.join(root, "*", "*.py"))]:
         code = open(path, encoding="utf-8").read()
